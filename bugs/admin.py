@@ -1,0 +1,38 @@
+from django.contrib import admin
+
+from .models import Bug, Reproducer, ReproducerVersion
+
+
+class ReproducerInline(admin.TabularInline):
+    model = Reproducer
+    extra = 0
+    fields = ["name", "strategy", "simulated", "needs_cuda", "world_size"]
+    show_change_link = True
+
+
+@admin.register(Bug)
+class BugAdmin(admin.ModelAdmin):
+    list_display = ["bug_id", "title", "framework", "fault_location", "status", "reproduction"]
+    list_filter = ["framework", "fault_location", "status", "reproduction", "multi_rank"]
+    search_fields = ["bug_id", "title", "root_cause", "symptom"]
+    inlines = [ReproducerInline]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # bugs are deprecated, never deleted
+
+
+@admin.register(Reproducer)
+class ReproducerAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "strategy", "simulated", "needs_cuda", "world_size"]
+    list_filter = ["strategy", "simulated", "needs_cuda"]
+
+
+@admin.register(ReproducerVersion)
+class ReproducerVersionAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "review_state", "reviewed_by", "created_at"]
+    list_filter = ["review_state"]
+    readonly_fields = ["reproducer", "content_hash", "files", "manifest", "entrypoint", "default_steps",
+                       "time_limit_seconds", "memory_mb", "review_state", "reviewed_by", "reviewed_at", "created_at"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False

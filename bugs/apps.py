@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BugsConfig(AppConfig):
+    name = "bugs"
+    verbose_name = "Bug catalog"

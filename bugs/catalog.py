@@ -1,0 +1,154 @@
+"""Catalog as code: load ``catalog/<BUG-ID>/bug.yaml`` and its reproducer folders into the database.
+
+Loading is idempotent. Unchanged files create nothing; a changed reproducer becomes a new,
+immutable version (the old one stays, with its runs).
+"""
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from .models import Bug, BugStatus, FaultLocation, Framework, Reproducer, Reproduction, ReproducerVersion, ReviewState, Strategy, validate_bug_id
+
+BUG_FIELDS = {
+    "title": str, "framework": str, "framework_versions": str, "fault_location": str,
+    "root_cause_category": str, "root_cause": str, "symptom": str, "fix": str,
+    "detection_signal": str, "upstream_issue_url": str, "fix_url": str, "links": list,
+    "reproduction": str, "catalog_only_reason": str, "reference_pipelines": list,
+    "needs_cuda_original": bool, "multi_rank": bool, "source": str,
+}
+REQUIRED_BUG_FIELDS = ("title", "framework", "fault_location", "root_cause", "symptom", "reproduction")
+CHOICES = {"framework": Framework, "fault_location": FaultLocation, "reproduction": Reproduction}
+REQUIRED_MANIFEST_FIELDS = ("entrypoint", "strategy", "default_steps", "needs")
+CATALOG_REVIEW_NOTE = "Catalog as code: reviewed and merged in the repository."
+IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
+
+
+@dataclass
+class LoadSummary:
+    bugs_created: list = field(default_factory=list)
+    bugs_updated: list = field(default_factory=list)
+    versions_created: list = field(default_factory=list)
+    unchanged: int = 0
+
+    def __str__(self):
+        return (f"{len(self.bugs_created)} bug(s) created, {len(self.bugs_updated)} updated, "
+                f"{len(self.versions_created)} reproducer version(s) created, {self.unchanged} unchanged")
+
+
+def content_hash(files, manifest):
+    payload = json.dumps({"files": files, "manifest": manifest}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def parse_bug_yaml(path):
+    """Validated bug fields from a bug.yaml; raises ValidationError naming the file and the problem."""
+    data = _read_yaml(path)
+    bug_id = data.get("id")
+    if bug_id != path.parent.name:
+        raise ValidationError(f"{path}: id {bug_id!r} must equal the folder name {path.parent.name!r}")
+    validate_bug_id(bug_id)
+    missing = [name for name in REQUIRED_BUG_FIELDS if not data.get(name)]
+    if missing:
+        raise ValidationError(f"{path}: missing {', '.join(missing)}")
+    fields = {}
+    for name, kind in BUG_FIELDS.items():
+        value = data.get(name, kind())
+        if value is None:
+            value = kind()
+        if not isinstance(value, kind):
+            raise ValidationError(f"{path}: {name} must be a {kind.__name__}")
+        fields[name] = value.strip() if isinstance(value, str) else value
+    for name, choices in CHOICES.items():
+        if fields[name] not in choices.values:
+            raise ValidationError(f"{path}: {name} {fields[name]!r} is not one of {', '.join(choices.values)}")
+    return bug_id, fields
+
+
+def parse_reproducer_folder(folder):
+    """(manifest, files) of a reproducer folder; every file is part of the version."""
+    manifest = _read_yaml(folder / "reproducer.yaml")
+    missing = [name for name in REQUIRED_MANIFEST_FIELDS if name not in manifest]
+    if missing:
+        raise ValidationError(f"{folder}/reproducer.yaml: missing {', '.join(missing)}")
+    if manifest["strategy"] not in Strategy.values:
+        raise ValidationError(f"{folder}/reproducer.yaml: strategy must be one of {', '.join(Strategy.values)}")
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not IGNORED_NAMES.intersection(path.relative_to(folder).parts):
+            files[path.relative_to(folder).as_posix()] = path.read_text(encoding="utf-8")
+    if manifest["entrypoint"] not in files:
+        raise ValidationError(f"{folder}: entrypoint {manifest['entrypoint']!r} is not in the folder")
+    return manifest, files
+
+
+def _read_yaml(path):
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise ValidationError(f"{path}: cannot read YAML ({error})") from error
+    if not isinstance(data, dict):
+        raise ValidationError(f"{path}: expected a mapping")
+    return data
+
+
+def version_fields(manifest):
+    needs = manifest.get("needs") or {}
+    return {
+        "entrypoint": manifest["entrypoint"],
+        "default_steps": int(manifest["default_steps"]),
+        "time_limit_seconds": int(needs.get("time_limit_seconds", 60)),
+        "memory_mb": int(needs.get("memory_mb", 4096)),
+    }
+
+
+@transaction.atomic
+def load_catalog(root):
+    summary = LoadSummary()
+    root = Path(root)
+    for bug_yaml in sorted(root.glob("*/bug.yaml")):
+        bug_id, fields = parse_bug_yaml(bug_yaml)
+        bug = Bug.objects.filter(bug_id=bug_id).first()
+        if bug is None:
+            bug = Bug.objects.create(bug_id=bug_id, status=BugStatus.APPROVED, **fields)
+            summary.bugs_created.append(bug_id)
+        elif any(getattr(bug, name) != value for name, value in fields.items()):
+            for name, value in fields.items():
+                setattr(bug, name, value)
+            bug.save()
+            summary.bugs_updated.append(bug_id)
+        else:
+            summary.unchanged += 1
+        for manifest_path in sorted(bug_yaml.parent.glob("*/reproducer.yaml")):
+            _load_reproducer(bug, manifest_path.parent, summary)
+    return summary
+
+
+def _load_reproducer(bug, folder, summary):
+    manifest, files = parse_reproducer_folder(folder)
+    needs = manifest.get("needs") or {}
+    reproducer_fields = {
+        "strategy": manifest["strategy"],
+        "strategy_note": str(manifest.get("strategy_note", "")).strip(),
+        "simulated": bool(manifest.get("simulated", False)),
+        "needs_cuda": bool(needs.get("cuda", False)),
+        "world_size": int(needs.get("world_size", 1)),
+    }
+    reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=folder.name, defaults=reproducer_fields)
+    if not created and any(getattr(reproducer, k) != v for k, v in reproducer_fields.items()):
+        Reproducer.objects.filter(pk=reproducer.pk).update(**reproducer_fields)
+    digest = content_hash(files, manifest)
+    if reproducer.versions.filter(content_hash=digest).exists():
+        summary.unchanged += 1
+        return
+    ReproducerVersion.objects.create(
+        reproducer=reproducer, content_hash=digest, files=files, manifest=manifest,
+        review_state=ReviewState.APPROVED, reviewed_at=timezone.now(), review_note=CATALOG_REVIEW_NOTE,
+        **version_fields(manifest),
+    )
+    summary.versions_created.append(f"{reproducer} @ {digest[:12]}")

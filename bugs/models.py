@@ -1,0 +1,187 @@
+"""The catalog: bugs and their immutable, content-hashed reproducer versions."""
+import re
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.urls import reverse
+
+BUG_ID_PATTERN = r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$"
+
+
+def validate_bug_id(value):
+    if not re.fullmatch(BUG_ID_PATTERN, value):
+        raise ValidationError(
+            f"{value!r} is not a bug ID: use upper-case words joined by dashes, such as PT-115607 or DS-1801."
+        )
+
+
+class Framework(models.TextChoices):
+    PYTORCH = "pytorch", "PyTorch"
+    DEEPSPEED = "deepspeed", "DeepSpeed"
+    MEGATRON = "megatron-lm", "Megatron-LM"
+    TRANSFORMER_ENGINE = "transformer-engine", "Transformer Engine"
+    TENSORFLOW = "tensorflow", "TensorFlow"
+    NNSCALER = "nnscaler", "nnScaler"
+
+
+class FaultLocation(models.TextChoices):
+    USER = "user", "User code"
+    FRAMEWORK = "framework", "Framework"
+    COMPILER = "compiler", "Compiler"
+    HW_DRIVER = "hw_driver", "Hardware / driver"
+    COMMUNICATION = "communication", "Communication"
+
+
+class Reproduction(models.TextChoices):
+    FAITHFUL = "faithful", "Faithful"
+    INJECTED = "injected", "Injected"
+    CATALOG_ONLY = "catalog_only", "Catalog only"
+
+
+class BugStatus(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    APPROVED = "approved", "Approved"
+    VERIFIED = "verified", "Verified"
+    FLAKY = "flaky", "Flaky"
+    UNREPRODUCIBLE = "unreproducible", "Unreproducible"
+    DEPRECATED = "deprecated", "Deprecated"
+
+
+class Bug(models.Model):
+    """A silent training error. Its ID is never renumbered or reused; retire it by deprecation."""
+
+    bug_id = models.CharField("ID", max_length=64, unique=True, validators=[validate_bug_id])
+    title = models.CharField(max_length=200)
+    framework = models.CharField(max_length=32, choices=Framework.choices, db_index=True)
+    framework_versions = models.CharField(max_length=200, blank=True)
+    fault_location = models.CharField(max_length=32, choices=FaultLocation.choices, db_index=True)
+    root_cause_category = models.CharField(max_length=100, blank=True)
+    root_cause = models.TextField()
+    symptom = models.TextField()
+    fix = models.TextField(blank=True)
+    detection_signal = models.TextField(blank=True)
+    upstream_issue_url = models.URLField(max_length=500, blank=True)
+    fix_url = models.URLField(max_length=500, blank=True)
+    links = models.JSONField(default=list, blank=True)
+    reproduction = models.CharField(max_length=16, choices=Reproduction.choices, default=Reproduction.FAITHFUL)
+    catalog_only_reason = models.TextField(blank=True)
+    reference_pipelines = models.JSONField(default=list, blank=True)
+    needs_cuda_original = models.BooleanField(default=False)
+    multi_rank = models.BooleanField(default=False, db_index=True)
+    source = models.CharField(max_length=300, blank=True)
+    status = models.CharField(max_length=16, choices=BugStatus.choices, default=BugStatus.SUBMITTED, db_index=True)
+    deprecation_reason = models.TextField(blank=True)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="submitted_bugs"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["bug_id"]
+        permissions = [("deprecate_bug", "Can deprecate a bug")]
+
+    def __str__(self):
+        return self.bug_id
+
+    def get_absolute_url(self):
+        return reverse("bugs:detail", args=[self.bug_id])
+
+    def delete(self, *args, **kwargs):
+        raise ValidationError("Bugs are never deleted: deprecate them with a reason (bugs.services.do_deprecate_bug).")
+
+    @property
+    def needs_cuda(self):
+        """True when no reproducer of this bug can run without CUDA."""
+        reproducers = list(self.reproducers.all())
+        return bool(reproducers) and all(r.needs_cuda for r in reproducers)
+
+
+class Strategy(models.TextChoices):
+    FAITHFUL = "faithful", "Faithful"
+    INJECTED = "injected", "Injected"
+
+
+class Reproducer(models.Model):
+    """A named way to reproduce a bug (``cpu``, ``cuda``...). Its code lives in versions."""
+
+    bug = models.ForeignKey(Bug, on_delete=models.PROTECT, related_name="reproducers")
+    name = models.SlugField(max_length=50)
+    strategy = models.CharField(max_length=16, choices=Strategy.choices)
+    strategy_note = models.TextField(blank=True)
+    simulated = models.BooleanField(default=False, help_text="A CPU analogue of a bug that needs other hardware.")
+    needs_cuda = models.BooleanField(default=False, db_index=True)
+    world_size = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["bug__bug_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["bug", "name"], name="unique_reproducer_name_per_bug")]
+
+    def __str__(self):
+        return f"{self.bug.bug_id}/{self.name}"
+
+    def latest_version(self, approved_only=False):
+        versions = self.versions.all()
+        if approved_only:
+            versions = versions.filter(review_state=ReviewState.APPROVED)
+        return versions.order_by("-created_at", "-id").first()
+
+
+class ReviewState(models.TextChoices):
+    PENDING = "pending", "Waiting for review"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class ReproducerVersion(models.Model):
+    """Immutable: one exact content of a reproducer, named by the hash of its files and manifest."""
+
+    reproducer = models.ForeignKey(Reproducer, on_delete=models.PROTECT, related_name="versions")
+    content_hash = models.CharField(max_length=64, db_index=True)
+    files = models.JSONField(help_text="Relative path -> file text.")
+    manifest = models.JSONField(help_text="The parsed reproducer.yaml.")
+    entrypoint = models.CharField(max_length=200)
+    default_steps = models.PositiveIntegerField(default=20)
+    time_limit_seconds = models.PositiveIntegerField(default=60)
+    memory_mb = models.PositiveIntegerField(default=4096)
+    review_state = models.CharField(max_length=16, choices=ReviewState.choices, default=ReviewState.PENDING)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    review_note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["reproducer", "content_hash"], name="unique_version_per_content")
+        ]
+        permissions = [("approve_reproducerversion", "Can approve reproducer code for execution")]
+
+    def __str__(self):
+        return f"{self.reproducer} @ {self.short_hash}"
+
+    @property
+    def short_hash(self):
+        return self.content_hash[:12]
+
+    @property
+    def is_approved(self):
+        return self.review_state == ReviewState.APPROVED
+
+    @property
+    def entrypoint_source(self):
+        return self.files.get(self.entrypoint, "")
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            original = ReproducerVersion.objects.filter(pk=self.pk).values("content_hash", "files", "manifest").first()
+            if original and (
+                original["content_hash"] != self.content_hash
+                or original["files"] != self.files
+                or original["manifest"] != self.manifest
+            ):
+                raise ValidationError("Reproducer versions are immutable: load the new content as a new version.")
+        super().save(*args, **kwargs)

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from . import views
+
+app_name = "bugs"
+urlpatterns = [
+    path("", views.BugListView.as_view(), name="list"),
+    path("bugs/<str:bug_id>/", views.bug_detail, name="detail"),
+]

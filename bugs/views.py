@@ -1,0 +1,47 @@
+from django.db.models import Count
+from django.shortcuts import get_object_or_404, render
+from django_filters.views import FilterView
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_for_filename
+from pygments.lexers.special import TextLexer
+from pygments.util import ClassNotFound
+
+from runners.models import Run
+
+from .filters import BugFilter
+from .models import Bug, Reproducer
+
+
+class BugListView(FilterView):
+    filterset_class = BugFilter
+    template_name = "bugs/bug_list.html"
+    paginate_by = 50
+
+    def get_queryset(self):
+        return Bug.objects.annotate(reproducer_count=Count("reproducers")).order_by("bug_id")
+
+
+def highlighted(filename, text):
+    """Pygments escapes the code itself, so hostile source is shown as text."""
+    try:
+        lexer = get_lexer_for_filename(filename, stripnl=False)
+    except ClassNotFound:
+        lexer = TextLexer()
+    return highlight(text, lexer, HtmlFormatter(cssclass="code", linenos="table"))
+
+
+def bug_detail(request, bug_id):
+    bug = get_object_or_404(Bug, bug_id=bug_id)
+    reproducers = []
+    for reproducer in Reproducer.objects.filter(bug=bug).prefetch_related("versions"):
+        version = reproducer.latest_version()
+        files = [(name, highlighted(name, text)) for name, text in sorted(version.files.items())] if version else []
+        reproducers.append({"reproducer": reproducer, "version": version, "files": files,
+                            "version_count": reproducer.versions.count()})
+    runs = (Run.objects.filter(reproducer_version__reproducer__bug=bug)
+            .select_related("detector", "reproducer_version__reproducer").order_by("-queued_at", "-id")[:50])
+    return render(request, "bugs/bug_detail.html", {
+        "bug": bug, "reproducers": reproducers, "runs": runs,
+        "pygments_css": HtmlFormatter(cssclass="code").get_style_defs(".code"),
+    })

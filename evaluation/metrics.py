@@ -1,0 +1,84 @@
+"""The metric definitions of DESIGN.md, as pure functions over plain data.
+
+* A buggy run is **detected** when it has an alarm at a step >= its trigger step.
+  Alarms before the trigger step are **false alarms**.
+* **Latency**: first qualifying alarm step minus trigger step (steps), and its time minus the
+  time at which the trigger step began (seconds).
+* **False-positive rate**: clean runs with at least one alarm / clean runs, Wilson 95% interval.
+"""
+import math
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AlarmPoint:
+    step: int
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    detected: bool
+    false_alarms: int  # alarms that cannot count as a detection: pre-trigger ones, or any on a clean run
+    latency_steps: int | None = None
+    latency_seconds: float | None = None
+
+    @property
+    def any_false_alarm(self):
+        return self.false_alarms > 0
+
+
+def judge_run(variant, trigger_step, trigger_time, alarms):
+    """Verdict of one run. On a clean (``fixed``) run every alarm is false.
+
+    A buggy run without a trigger step is judged as if the fault were active from step 0.
+    """
+    if variant != "buggy":
+        return RunVerdict(detected=False, false_alarms=len(alarms))
+    trigger = trigger_step or 0
+    qualifying = sorted((a for a in alarms if a.step >= trigger), key=lambda a: (a.step, a.time or 0))
+    false_alarms = sum(1 for a in alarms if a.step < trigger)
+    if not qualifying:
+        return RunVerdict(detected=False, false_alarms=false_alarms)
+    first = qualifying[0]
+    seconds = None
+    if first.time is not None and trigger_time is not None:
+        seconds = max(0.0, first.time - trigger_time)
+    return RunVerdict(detected=True, false_alarms=false_alarms,
+                      latency_steps=first.step - trigger, latency_seconds=seconds)
+
+
+def wilson_interval(successes, trials, z=1.959964):
+    """Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
+    if trials == 0:
+        return (0.0, 1.0)
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+class Outcome:
+    DETECTED = "detected"
+    FALSE_ALARM = "false alarm"
+    MISSED = "missed"
+    NO_DATA = "no data"
+
+
+def cell_outcome(buggy_runs, detected_runs, false_alarm_runs):
+    """The matrix label for (bug, detector). ``false_alarm_runs`` counts buggy runs alarmed only
+    before the trigger plus clean runs that alarmed."""
+    if buggy_runs == 0:
+        return Outcome.NO_DATA
+    if detected_runs:
+        return Outcome.DETECTED
+    if false_alarm_runs:
+        return Outcome.FALSE_ALARM
+    return Outcome.MISSED

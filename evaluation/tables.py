@@ -1,0 +1,142 @@
+"""Evaluation tables built from the database: the same numbers for the page, the API and exports."""
+import io
+import json
+from collections import defaultdict
+
+import pandas as pd
+
+from runners.models import Alarm, Run, RunStatus
+
+from .metrics import AlarmPoint, cell_outcome, judge_run, median_or_none, wilson_interval
+
+DETECTION_COLUMNS = [
+    "bug", "reproducer", "detector", "buggy_runs", "detected_runs", "detection_rate",
+    "pre_trigger_false_alarm_runs", "fixed_runs", "fixed_runs_with_alarm",
+    "median_latency_steps", "median_latency_seconds", "outcome",
+]
+FALSE_POSITIVE_COLUMNS = [
+    "detector", "clean_runs", "clean_runs_with_alarm", "fp_rate", "fp_ci_low", "fp_ci_high",
+    "alarms_per_1000_clean_steps",
+]
+
+
+def judged_runs(runs):
+    """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all."""
+    rows = list(
+        runs.filter(status=RunStatus.SUCCEEDED).values(
+            "id", "variant", "steps", "trigger_step", "trigger_time", "detector__name",
+            "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
+        )
+    )
+    alarms = defaultdict(list)
+    for run_id, step, time in Alarm.objects.filter(run_id__in=[r["id"] for r in rows]).values_list(
+            "run_id", "step", "time"):
+        alarms[run_id].append(AlarmPoint(step, time))
+    return [
+        (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], alarms[row["id"]]),
+         len(alarms[row["id"]]))
+        for row in rows
+    ]
+
+
+def detection_table(runs=None):
+    judged = judged_runs(runs if runs is not None else Run.objects.all())
+    cells = defaultdict(lambda: defaultdict(list))
+    for row, verdict, _ in judged:
+        key = (row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
+               row["detector__name"])
+        cells[key][row["variant"]].append(verdict)
+    records = []
+    for (bug, reproducer, detector), by_variant in sorted(cells.items()):
+        buggy, fixed = by_variant.get("buggy", []), by_variant.get("fixed", [])
+        detected = [v for v in buggy if v.detected]
+        pre_trigger = sum(1 for v in buggy if v.any_false_alarm)
+        fixed_alarmed = sum(1 for v in fixed if v.any_false_alarm)
+        records.append({
+            "bug": bug, "reproducer": reproducer, "detector": detector,
+            "buggy_runs": len(buggy), "detected_runs": len(detected),
+            "detection_rate": round(len(detected) / len(buggy), 3) if buggy else None,
+            "pre_trigger_false_alarm_runs": pre_trigger,
+            "fixed_runs": len(fixed), "fixed_runs_with_alarm": fixed_alarmed,
+            "median_latency_steps": median_or_none(v.latency_steps for v in detected),
+            "median_latency_seconds": _round(median_or_none(v.latency_seconds for v in detected)),
+            "outcome": cell_outcome(len(buggy), len(detected), pre_trigger + fixed_alarmed),
+        })
+    return pd.DataFrame.from_records(records, columns=DETECTION_COLUMNS)
+
+
+def false_positive_table(runs=None):
+    """Per detector, over clean runs (fixed variants)."""
+    judged = judged_runs(runs if runs is not None else Run.objects.all())
+    totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0})
+    for row, verdict, alarm_count in judged:
+        if row["variant"] != "fixed":
+            continue
+        total = totals[row["detector__name"]]
+        total["runs"] += 1
+        total["alarmed"] += int(verdict.any_false_alarm)
+        total["alarms"] += alarm_count
+        total["steps"] += row["steps"]
+    records = []
+    for detector, total in sorted(totals.items()):
+        low, high = wilson_interval(total["alarmed"], total["runs"])
+        records.append({
+            "detector": detector, "clean_runs": total["runs"], "clean_runs_with_alarm": total["alarmed"],
+            "fp_rate": round(total["alarmed"] / total["runs"], 3), "fp_ci_low": round(low, 3),
+            "fp_ci_high": round(high, 3),
+            "alarms_per_1000_clean_steps": round(1000 * total["alarms"] / total["steps"], 2) if total["steps"] else None,
+        })
+    return pd.DataFrame.from_records(records, columns=FALSE_POSITIVE_COLUMNS)
+
+
+def matrix(detection):
+    """Bug x detector pivot of the outcome labels, for the results page."""
+    if detection.empty:
+        return [], []
+    detectors = sorted(detection["detector"].unique())
+    rows = []
+    for (bug, reproducer), group in detection.groupby(["bug", "reproducer"], sort=True):
+        by_detector = {record["detector"]: record for record in group.to_dict("records")}
+        rows.append({"bug": bug, "reproducer": reproducer, "cells": [by_detector.get(d) for d in detectors]})
+    return detectors, rows
+
+
+def _round(value, digits=3):
+    return None if value is None else round(value, digits)
+
+
+EXPORT_FORMATS = {
+    "csv": "text/csv",
+    "md": "text/markdown",
+    "tex": "application/x-tex",
+    "json": "application/json",
+}
+
+
+def export(table, fmt, caption=""):
+    """The table as CSV, Markdown, LaTeX (booktabs) or JSON text."""
+    if fmt == "csv":
+        return table.to_csv(index=False)
+    if fmt == "json":
+        return json.dumps(json.loads(table.to_json(orient="records")), indent=2)
+    if fmt == "md":
+        return _markdown(table)
+    if fmt == "tex":
+        buffer = io.StringIO()
+        renamed = table.rename(columns=lambda c: c.replace("_", " "))
+        renamed.to_latex(buffer, index=False, escape=True, na_rep="--", caption=caption or None,
+                         float_format="%.3g")
+        return buffer.getvalue()
+    raise ValueError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+
+
+def _markdown(table):
+    def cell(value):
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            return "–"
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    lines = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *lines]) + "\n"

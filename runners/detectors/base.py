@@ -1,0 +1,123 @@
+"""What a detector plugin is, and the probe that runs it inside a reproducer process."""
+import json
+import os
+import time
+
+registered_plugins = {}
+
+
+def register(cls):
+    """Class decorator: add a detector plugin to the registry under ``cls.name``."""
+    if cls.name in registered_plugins:
+        raise ValueError(f"two detectors are named {cls.name!r}")
+    registered_plugins[cls.name] = cls()
+    return cls
+
+
+class DetectorPlugin:
+    """A detector. Subclasses set the metadata and implement ``install``.
+
+    ``install(probe)`` runs once in every process of an instrumented reproducer (every rank),
+    before the reproducer's own code. It observes the unmodified program through global hooks
+    and reports problems with ``probe.alarm``.
+    """
+
+    name = ""
+    version = "0"
+    description = ""
+    default_config = {}
+    instruments = True  # False for the plain baseline: nothing is injected at all
+
+    def config(self, overrides=None):
+        return {**self.default_config, **(overrides or {})}
+
+    def install(self, probe):
+        raise NotImplementedError
+
+
+class Probe:
+    """The in-process side of a run: the step counter, alarm reporting and optimizer hooks.
+
+    Step ``i`` is the ``i``-th training iteration, ending with the ``i``-th optimizer step
+    (0-based), as the reproducer protocol defines.
+    """
+
+    max_alarms = 200
+
+    def __init__(self, detector_name, config, report_path):
+        self.detector_name = detector_name
+        self.config = config
+        self.report_path = report_path
+        self.step = 0
+        self.alarms_sent = 0
+        self._step_counts = {}
+        self._before_step = []
+        self._after_step = []
+        self._hooks_installed = False
+
+    @property
+    def rank(self):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+        return int(os.environ.get("RANK", "0"))
+
+    def alarm(self, rule, message, evidence=None, step=None):
+        """Report one alarm (capped per process so that a noisy detector cannot flood the report)."""
+        if self.alarms_sent >= self.max_alarms:
+            return
+        self.alarms_sent += 1
+        record = {
+            "event": "alarm",
+            "detector": self.detector_name,
+            "step": self.step if step is None else step,
+            "rank": self.rank,
+            "rule": rule,
+            "message": message,
+            "evidence": evidence or {},
+            "time": time.time(),
+        }
+        line = json.dumps(record, default=str) + "\n"
+        if self.report_path:
+            with open(self.report_path, "a", encoding="utf-8") as report:
+                report.write(line)
+        else:
+            print(line, end="", flush=True)
+
+    def on_optimizer_step(self, before=None, after=None):
+        """Call ``before(optimizer)`` / ``after(optimizer)`` around every optimizer step of the process."""
+        if before:
+            self._before_step.append(before)
+        if after:
+            self._after_step.append(after)
+        if not self._hooks_installed:
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+            register_optimizer_step_pre_hook(self._pre_hook)
+            register_optimizer_step_post_hook(self._post_hook)
+            self._hooks_installed = True
+
+    def _pre_hook(self, optimizer, args, kwargs):
+        for callback in self._before_step:
+            callback(optimizer)
+
+    def _post_hook(self, optimizer, args, kwargs):
+        for callback in self._after_step:
+            callback(optimizer)
+        count = self._step_counts.get(id(optimizer), 0) + 1
+        self._step_counts[id(optimizer)] = count
+        self.step = max(self.step, count)
+
+
+def start_probe():
+    """Entry point of the sandbox's ``sitecustomize``: install the detector named in the environment."""
+    from . import get_plugin
+
+    plugin = get_plugin(os.environ["SILENTBENCH_DETECTOR"])
+    if not plugin.instruments:
+        return None
+    config = json.loads(os.environ.get("SILENTBENCH_DETECTOR_CONFIG") or "{}")
+    probe = Probe(plugin.name, plugin.config(config), os.environ.get("SILENTBENCH_REPORT"))
+    plugin.install(probe)
+    return probe

@@ -1,0 +1,171 @@
+"""Execution records: detectors, campaigns, runs, their alarms and where they ran."""
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+from bugs.models import ReproducerVersion
+
+
+class Detector(models.Model):
+    """A detector plugin at one version with one config, recorded verbatim with every run."""
+
+    name = models.SlugField(max_length=64)
+    version = models.CharField(max_length=32)
+    config = models.JSONField(default=dict)
+    config_hash = models.CharField(max_length=64)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name", "version"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version", "config_hash"], name="unique_detector_config")
+        ]
+
+    def __str__(self):
+        return f"{self.name} {self.version}"
+
+
+class Worker(models.Model):
+    """A Celery worker host and what it can serve."""
+
+    hostname = models.CharField(max_length=255, unique=True)
+    queues = models.JSONField(default=list)
+    capabilities = models.JSONField(default=dict)
+    last_seen = models.DateTimeField()
+
+    def __str__(self):
+        return self.hostname
+
+
+class Environment(models.Model):
+    """Where a run executed; identical environments share one row (keyed by a hash of ``facts``)."""
+
+    fingerprint = models.CharField(max_length=64, unique=True)
+    host = models.CharField(max_length=255)
+    cpu = models.CharField(max_length=255, blank=True)
+    gpu = models.CharField(max_length=255, blank=True)
+    gpu_driver = models.CharField(max_length=64, blank=True)
+    cuda = models.CharField(max_length=64, blank=True)
+    python = models.CharField(max_length=64)
+    torch = models.CharField(max_length=64, blank=True)
+    facts = models.JSONField(default=dict)
+
+    def __str__(self):
+        return f"{self.host} · torch {self.torch or '?'} · {self.gpu or 'CPU'}"
+
+
+class Campaign(models.Model):
+    """A batch of runs a user triggered. Progress is derived from its runs."""
+
+    name = models.CharField(max_length=200)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    parameters = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("trigger_campaign", "Can trigger a campaign of runs")]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("runners:campaign", args=[self.pk])
+
+    def progress(self):
+        counts = dict(self.runs.values_list("status").annotate(n=models.Count("id")))
+        total = sum(counts.values())
+        done = sum(counts.get(s, 0) for s in FINISHED_STATUSES)
+        return {
+            "total": total,
+            "done": done,
+            "counts": {status: counts.get(status, 0) for status in RunStatus.values},
+            "percent": round(100 * done / total) if total else 100,
+        }
+
+
+class Variant(models.TextChoices):
+    BUGGY = "buggy", "buggy"
+    FIXED = "fixed", "fixed"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Run(models.Model):
+    """One execution of (reproducer version, variant, seed, detector + config)."""
+
+    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    reproducer_version = models.ForeignKey(ReproducerVersion, on_delete=models.PROTECT, related_name="runs")
+    detector = models.ForeignKey(Detector, on_delete=models.PROTECT, related_name="runs")
+    variant = models.CharField(max_length=8, choices=Variant.choices)
+    seed = models.IntegerField(default=0)
+    steps = models.PositiveIntegerField()
+    queue = models.CharField(max_length=32, default="cpu")
+
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
+    failure_reason = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL)
+    environment = models.ForeignKey(Environment, null=True, blank=True, on_delete=models.SET_NULL)
+
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    wall_seconds = models.FloatField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    output_truncated = models.BooleanField(default=False)
+
+    manifested = models.BooleanField(null=True, blank=True, help_text="The symptom oracle's verdict.")
+    oracle_summary = models.TextField(blank=True)
+    oracle_evidence = models.JSONField(default=dict, blank=True)
+    trigger_step = models.IntegerField(null=True, blank=True)
+    trigger_time = models.FloatField(null=True, blank=True, help_text="Unix time at which the trigger step began.")
+    step_records = models.JSONField(default=list, blank=True, help_text="[{step, rank, loss, time, metrics}]")
+    protocol_errors = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-queued_at", "-id"]
+        indexes = [
+            models.Index(fields=["campaign", "status"]),
+            models.Index(fields=["reproducer_version", "detector", "variant"]),
+        ]
+
+    def __str__(self):
+        return f"run {self.pk}: {self.reproducer_version.reproducer} {self.variant} seed {self.seed} / {self.detector}"
+
+    def get_absolute_url(self):
+        return reverse("runners:run", args=[self.pk])
+
+    @property
+    def is_finished(self):
+        return self.status in FINISHED_STATUSES
+
+
+class Alarm(models.Model):
+    """A detector's report that something is wrong at a step of a run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alarms")
+    step = models.IntegerField()
+    rank = models.IntegerField(default=0)
+    rule = models.CharField(max_length=200)
+    message = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True)
+    time = models.FloatField(null=True, blank=True, help_text="Unix time of the alarm.")
+
+    class Meta:
+        ordering = ["step", "rank", "id"]
+
+    def __str__(self):
+        return f"{self.rule} at step {self.step} (rank {self.rank})"

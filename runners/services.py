@@ -1,0 +1,187 @@
+"""State changes of runs and campaigns, as named actions. PostgreSQL (or SQLite) is the truth;
+the broker only carries run IDs, so every action here is safe to repeat."""
+import hashlib
+import json
+import logging
+import socket
+from datetime import timedelta
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from bugs.models import BugStatus, ReproducerVersion, ReviewState
+
+from .detectors import all_plugins, get_plugin
+from .environment import host_facts
+from .models import Alarm, Campaign, Detector, Environment, Run, RunStatus, Worker
+
+logger = logging.getLogger(__name__)
+STALE_RUN_GRACE = timedelta(minutes=5)
+
+
+def config_hash(config):
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def detector_record(name, overrides=None):
+    """The Detector row for a plugin at its current version with this exact config."""
+    plugin = get_plugin(name)
+    config = plugin.config(overrides)
+    detector, _ = Detector.objects.get_or_create(
+        name=plugin.name, version=plugin.version, config_hash=config_hash(config),
+        defaults={"config": config, "description": plugin.description},
+    )
+    return detector
+
+
+def sync_detectors():
+    """Make sure every registered plugin has a row with its default config."""
+    return {name: detector_record(name) for name in all_plugins()}
+
+
+def runnable_versions(bug_ids=None, cuda=False):
+    """The latest approved version of each reproducer (CPU ones unless ``cuda``), of
+    the given bugs or of every bug that is not deprecated."""
+    versions = ReproducerVersion.objects.filter(
+        review_state=ReviewState.APPROVED, reproducer__needs_cuda=cuda,
+    ).exclude(reproducer__bug__status=BugStatus.DEPRECATED).select_related("reproducer__bug")
+    if bug_ids is not None:
+        versions = versions.filter(reproducer__bug__bug_id__in=bug_ids)
+    latest = {}
+    for version in versions.order_by("reproducer__bug__bug_id", "reproducer__name", "-created_at", "-id"):
+        latest.setdefault(version.reproducer_id, version)
+    return list(latest.values())
+
+
+def queue_for(version):
+    return "gpu" if version.reproducer.needs_cuda else "cpu"
+
+
+def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixed"), seeds=(0,), steps=None):
+    """Create the runs of a campaign and enqueue them once the transaction commits.
+
+    ``user`` is None for the operator's own management commands; a person needs the
+    ``runners.trigger_campaign`` permission. Only approved reproducer versions are accepted.
+    """
+    if user is not None and not user.has_perm("runners.trigger_campaign"):
+        raise PermissionDenied("Only maintainers can trigger runs.")
+    unapproved = [str(version) for version in versions if not version.is_approved]
+    if unapproved:
+        raise ValidationError(f"Not approved by a maintainer, so they cannot run: {', '.join(unapproved)}")
+    if not versions or not detectors or not variants or not seeds:
+        raise ValidationError("A campaign needs at least one reproducer, detector, variant and seed.")
+    with transaction.atomic():
+        campaign = Campaign.objects.create(
+            name=name, created_by=user,
+            parameters={
+                "reproducers": [str(version) for version in versions],
+                "detectors": [str(detector) for detector in detectors],
+                "variants": list(variants), "seeds": list(seeds), "steps": steps,
+            },
+        )
+        runs = Run.objects.bulk_create([
+            Run(campaign=campaign, reproducer_version=version, detector=detector, variant=variant, seed=seed,
+                steps=steps or version.default_steps, queue=queue_for(version))
+            for version in versions for variant in variants for seed in seeds for detector in detectors
+        ])
+        run_ids = [run.pk for run in runs]  # bulk_create returns keys on PostgreSQL and SQLite
+        transaction.on_commit(lambda: enqueue_runs(run_ids))
+    return campaign
+
+
+def enqueue_runs(run_ids):
+    from .tasks import execute_run
+
+    for run_id, queue in Run.objects.filter(pk__in=run_ids).values_list("id", "queue"):
+        execute_run.apply_async(args=[run_id], queue=queue)
+
+
+def current_worker(queues=("cpu",)):
+    facts = host_facts()
+    worker, _ = Worker.objects.update_or_create(
+        hostname=socket.gethostname(),
+        defaults={"queues": list(queues), "last_seen": timezone.now(),
+                  "capabilities": {key: facts[key] for key in ("cpu", "cpu_count", "gpu", "cuda", "python", "packages")}},
+    )
+    return worker
+
+
+def current_environment():
+    facts = host_facts()
+    environment, _ = Environment.objects.get_or_create(
+        fingerprint=facts["fingerprint"],
+        defaults={
+            "host": facts["host"], "cpu": facts["cpu"], "gpu": facts["gpu"], "gpu_driver": facts["gpu_driver"],
+            "cuda": facts["cuda"], "python": facts["python"], "torch": facts["packages"].get("torch", ""),
+            "facts": facts,
+        },
+    )
+    return environment
+
+
+def do_claim_run(run_id, worker):
+    """Move a queued run to running for this worker; None if it is not (or no longer) queued."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related(
+            "reproducer_version__reproducer__bug", "detector").filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.QUEUED:
+            return None
+        run.status = RunStatus.RUNNING
+        run.started_at = timezone.now()
+        run.attempts += 1
+        run.worker = worker
+        run.environment = current_environment()
+        run.save(update_fields=["status", "started_at", "attempts", "worker", "environment"])
+    return run
+
+
+def do_fail_run_without_executing(run, reason):
+    with transaction.atomic():
+        updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.FAILED, failure_reason=reason, finished_at=timezone.now())
+    return bool(updated)
+
+
+def do_finish_run(run, outcome):
+    """Store a finished run's results exactly once: a repeated call for the same attempt changes nothing."""
+    with transaction.atomic():
+        current = Run.objects.select_for_update().filter(pk=run.pk).first()
+        if current is None or current.status != RunStatus.RUNNING or current.attempts != run.attempts:
+            logger.warning("run %s: result of attempt %s ignored (status is %s)", run.pk, run.attempts,
+                           getattr(current, "status", "gone"))
+            return False
+        oracle = outcome.oracle or {}
+        current.status = RunStatus.SUCCEEDED if outcome.succeeded else RunStatus.FAILED
+        current.failure_reason = outcome.failure_reason
+        current.exit_code = outcome.exit_code
+        current.wall_seconds = outcome.wall_seconds
+        current.finished_at = timezone.now()
+        current.stdout, current.stderr = outcome.stdout, outcome.stderr
+        current.output_truncated = outcome.output_truncated
+        current.manifested = oracle.get("manifested")
+        current.oracle_summary = oracle.get("summary", "")
+        current.oracle_evidence = oracle.get("evidence", {})
+        current.trigger_step = outcome.trigger_step
+        current.trigger_time = outcome.trigger_time
+        current.step_records = outcome.steps
+        current.protocol_errors = outcome.protocol_errors
+        current.save()
+        current.alarms.all().delete()
+        Alarm.objects.bulk_create([Alarm(run=current, **alarm) for alarm in outcome.alarms])
+    return True
+
+
+def do_requeue_stale_runs(now=None):
+    """The reaper: a run still 'running' long past its time limit lost its worker; queue it again."""
+    now = now or timezone.now()
+    requeued = []
+    for run in Run.objects.filter(status=RunStatus.RUNNING).select_related("reproducer_version"):
+        deadline = run.started_at + timedelta(seconds=run.reproducer_version.time_limit_seconds) + STALE_RUN_GRACE
+        if deadline < now:
+            if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(
+                    status=RunStatus.QUEUED, started_at=None, worker=None):
+                requeued.append(run.pk)
+    if requeued:
+        transaction.on_commit(lambda: enqueue_runs(requeued))
+    return requeued
