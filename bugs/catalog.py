@@ -64,6 +64,11 @@ def parse_bug_yaml(path):
         if not isinstance(value, kind):
             raise ValidationError(f"{path}: {name} must be a {kind.__name__}")
         fields[name] = value.strip() if isinstance(value, str) else value
+    urls = [fields["upstream_issue_url"], fields["fix_url"]]
+    urls += [link.get("url", "") if isinstance(link, dict) else "" for link in fields["links"]]
+    for url in filter(None, urls):
+        if not url.startswith(("https://", "http://")):
+            raise ValidationError(f"{path}: {url!r} must be an http(s) URL")
     for name, choices in CHOICES.items():
         if fields[name] not in choices.values:
             raise ValidationError(f"{path}: {name} {fields[name]!r} is not one of {', '.join(choices.values)}")

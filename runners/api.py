@@ -104,7 +104,7 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         try:
             detectors = [detector_record(name) for name in data["detectors"]]
         except KeyError as error:
-            raise ValidationError({"detectors": str(error)}) from error
+            raise ValidationError({"detectors": error.args[0]}) from error
         try:
             serializer.instance = do_create_campaign(
                 self.request.user, data["name"], versions, detectors, data["variants"], data["seeds"],

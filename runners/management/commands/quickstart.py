@@ -1,0 +1,77 @@
+import socket
+import subprocess
+import sys
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from evaluation.tables import detection_table
+from runners.local_worker import log_tail, start_worker, stop_process
+from runners.progress import wait_for_campaign
+
+from .run_campaign import create_campaign_from_options
+
+
+class Command(BaseCommand):
+    help = ("The main job on one machine: migrate, load the catalog, run every CPU reproducer under every "
+            "detector (buggy and fixed) through a local Celery worker, and serve the dashboard.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+        parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
+
+    def handle(self, *args, port, seeds, no_serve, **options):
+        if not no_serve:
+            self.check_port_free(port)
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("load_catalog")
+        logs = settings.VAR_DIR / "logs"
+        logs.mkdir(exist_ok=True)
+        worker = start_worker(logs / "worker.log")
+        web = None
+        try:
+            if not no_serve:
+                web = subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+                                       cwd=settings.BASE_DIR, stdout=open(logs / "web.log", "ab"),
+                                       stderr=subprocess.STDOUT)
+                self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live campaign progress under /campaigns/)")
+            campaign = create_campaign_from_options({
+                "name": "quickstart", "bugs": None, "detectors": None, "variants": ["buggy", "fixed"],
+                "seeds": [int(s) for s in seeds.split(",")], "steps": None,
+            })
+            self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
+            progress = wait_for_campaign(campaign, self.stdout.write, watchdog=lambda: self.check_alive(worker, logs))
+            self.report(campaign, progress)
+            if web is not None:
+                self.stdout.write(self.style.SUCCESS(
+                    f"Serving http://127.0.0.1:{port}/ — results at http://127.0.0.1:{port}/results/. Ctrl-C stops."))
+                web.wait()
+        except KeyboardInterrupt:
+            self.stdout.write("Stopping.")
+        finally:
+            for process in (web, worker):
+                if process is not None:
+                    stop_process(process)
+
+    def check_port_free(self, port):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                raise CommandError(f"Port {port} is in use; choose another with --port.")
+
+    def check_alive(self, worker, logs):
+        if worker.poll() is not None:
+            raise CommandError(f"The local worker exited (code {worker.returncode}):\n{log_tail(logs / 'worker.log')}")
+
+    def report(self, campaign, progress):
+        table = detection_table(campaign.runs.all())
+        self.stdout.write("\nDetection matrix (detected buggy runs / buggy runs; fixed runs that alarmed):")
+        if not table.empty:
+            view = table.assign(cell=table["outcome"] + " " + table["detected_runs"].astype(str) + "/"
+                                + table["buggy_runs"].astype(str) + " FA " + table["fixed_runs_with_alarm"].astype(str))
+            self.stdout.write(view.pivot(index="bug", columns="detector", values="cell").to_string())
+        failed = campaign.runs.filter(status="failed")
+        for run in failed:
+            self.stdout.write(self.style.ERROR(f"run {run.pk} failed: {run.failure_reason}"))
+        self.stdout.write(f"{progress['done']}/{progress['total']} runs finished, {failed.count()} failed.")

@@ -1,0 +1,153 @@
+"""The runner against reproducers that misbehave: each becomes a failed run with a clear reason."""
+import os
+
+import pytest
+
+from runners.execution import execute
+from runners.models import RunStatus
+from runners.services import do_claim_run, current_worker
+from runners.tasks import execute_run
+
+from .factories import GOOD_REPRODUCER, ReproducerVersionFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def run_with(source, time_limit=20, memory_mb=1024, **run_fields):
+    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=time_limit, memory_mb=memory_mb)
+    return RunFactory(reproducer_version=version, **run_fields)
+
+
+def test_good_reproducer_succeeds_and_reports():
+    outcome = execute(run_with(GOOD_REPRODUCER))
+    assert outcome.succeeded, outcome.failure_reason
+    assert outcome.oracle["manifested"] is True
+    assert outcome.trigger_step == 1
+    assert [s["step"] for s in outcome.steps] == [0, 1, 2]
+    assert outcome.trigger_time == outcome.steps[0]["time"]  # trigger step 1 begins when step 0 ends
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "super-secret")
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:password@db/silentbench")
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://secret-host:6379/0")
+    outcome = execute(run_with(GOOD_REPRODUCER))
+    seen = outcome.oracle["evidence"]["environment"]
+    assert "SILENTBENCH_REPORT" in seen
+    for secret in ("DJANGO_SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL"):
+        assert secret in os.environ and secret not in seen
+
+
+def test_crash_is_a_failed_run_with_the_exception():
+    outcome = execute(run_with("raise RuntimeError('boom in the reproducer')"))
+    assert not outcome.succeeded
+    assert outcome.exit_code == 1
+    assert "exited with code 1" in outcome.failure_reason
+    assert "boom in the reproducer" in outcome.failure_reason
+
+
+def test_non_zero_exit_is_a_failed_run():
+    outcome = execute(run_with("import sys; sys.exit(3)"))
+    assert not outcome.succeeded
+    assert outcome.exit_code == 3
+    assert "exited with code 3" in outcome.failure_reason
+
+
+def test_hang_past_the_time_limit_is_killed():
+    outcome = execute(run_with("import time\nwhile True: time.sleep(1)", time_limit=2))
+    assert not outcome.succeeded
+    assert "Time limit exceeded" in outcome.failure_reason
+    assert outcome.wall_seconds < 15
+
+
+def test_children_of_a_hanging_reproducer_are_killed_too():
+    source = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(600)\n")
+    outcome = execute(run_with(source, time_limit=3))
+    child_pid = int(outcome.stdout.split()[0])
+    assert not is_running(child_pid)
+
+
+def is_running(pid):
+    """Alive and not a zombie (an orphan's zombie waits for init, which may not reap here)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_huge_output_is_capped_and_a_flood_is_killed(settings):
+    settings.SILENTBENCH_LOG_CAP_BYTES = 4096
+    settings.SILENTBENCH_OUTPUT_FLOOD_BYTES = 2 * 1024 * 1024
+    outcome = execute(run_with("import sys\nwhile True: sys.stdout.write('x' * 65536)"))
+    assert not outcome.succeeded
+    assert "Output flood" in outcome.failure_reason
+    assert len(outcome.stdout) < 4096 + 200
+    assert outcome.output_truncated
+
+
+def test_large_but_bounded_output_keeps_head_and_tail(settings):
+    settings.SILENTBENCH_LOG_CAP_BYTES = 1000
+    source = GOOD_REPRODUCER + "\nprint('FIRST'); print('y' * 100000); print('LAST')\n"
+    outcome = execute(run_with(source))
+    assert outcome.succeeded
+    assert outcome.stdout.startswith("FIRST") and outcome.stdout.rstrip().endswith("LAST")
+    assert "bytes not kept" in outcome.stdout
+
+
+def test_memory_limit_turns_into_out_of_memory():
+    outcome = execute(run_with("block = bytearray(1024 * 1024 * 1024)", memory_mb=256))
+    assert not outcome.succeeded
+    assert "Out of memory" in outcome.failure_reason
+
+
+def test_no_oracle_report_is_a_failed_run():
+    outcome = execute(run_with("print('I trained, trust me')"))
+    assert not outcome.succeeded
+    assert outcome.exit_code == 0
+    assert "No oracle report" in outcome.failure_reason
+
+
+def test_garbage_in_the_report_is_recorded_not_fatal():
+    source = GOOD_REPRODUCER + "\nwith open(os.environ['SILENTBENCH_REPORT'], 'a') as f: f.write('not json\\n')\n"
+    outcome = execute(run_with(source))
+    assert outcome.succeeded
+    assert outcome.protocol_errors == ["line 6: not JSON"]
+
+
+def test_path_escaping_file_names_are_refused():
+    run = run_with(GOOD_REPRODUCER)
+    run.reproducer_version.files = {"../escape.py": "print(1)", "repro.py": GOOD_REPRODUCER}
+    with pytest.raises(ValueError, match="refusing"):
+        execute(run)
+
+
+def test_task_records_a_crash_and_keeps_going():
+    crashing = run_with("raise SystemExit('bad things')")
+    good = run_with(GOOD_REPRODUCER)
+    execute_run(crashing.pk)
+    execute_run(good.pk)
+    crashing.refresh_from_db()
+    good.refresh_from_db()
+    assert crashing.status == RunStatus.FAILED and "bad things" in crashing.failure_reason
+    assert good.status == RunStatus.SUCCEEDED and good.manifested is True
+
+
+def test_task_refuses_an_unapproved_version():
+    run = run_with("open('/tmp/silentbench-should-not-exist', 'w')")
+    run.reproducer_version.review_state = "pending"
+    run.reproducer_version.save()
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "not approved" in run.failure_reason
+    assert run.stdout == "" and run.exit_code is None
+
+
+def test_a_run_is_claimed_once():
+    run = run_with(GOOD_REPRODUCER)
+    worker = current_worker()
+    assert do_claim_run(run.pk, worker) is not None
+    assert do_claim_run(run.pk, worker) is None
