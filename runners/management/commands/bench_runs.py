@@ -1,0 +1,82 @@
+"""Benchmark: each reproducer alone vs through the pipeline (broker, worker, sandbox).
+
+Prints medians, never asserts. Uses whatever DATABASE_URL / CELERY_BROKER_URL say, and starts its
+own local worker, e.g.:
+
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/0 DATABASE_URL=postgres://postgres@127.0.0.1/silentbench \
+        .venv/bin/python manage.py bench_runs --repeat 5
+"""
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from runners.execution import materialize
+from runners.local_worker import start_worker, stop_process
+from runners.progress import wait_for_campaign
+from runners.services import detector_record, do_create_campaign, runnable_versions
+
+
+def run_alone(version, variant, seed):
+    """Wall time of ``python repro.py`` with no platform at all (report to stdout)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        materialize(version.files, workdir)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, version.entrypoint, "--variant", variant, "--seed", str(seed),
+                        "--steps", str(version.default_steps)], cwd=workdir, check=True, capture_output=True)
+        return time.perf_counter() - started
+
+
+class Command(BaseCommand):
+    help = "Time each CPU reproducer alone, then the queued-to-started latency and wall time through a worker."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--repeat", type=int, default=3)
+        parser.add_argument("--bugs", help="comma-separated bug IDs (default: all runnable)")
+
+    def handle(self, *args, repeat, bugs, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("load_catalog", verbosity=0)
+        versions = runnable_versions(bugs.split(",") if bugs else None)
+        broker = settings.CELERY_BROKER_URL.split("://")[0]
+        database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+        self.stdout.write(f"broker={broker} database={database} repeat={repeat}")
+
+        alone = {}
+        for version in versions:
+            for variant in ("buggy", "fixed"):
+                times = [run_alone(version, variant, seed) for seed in range(repeat)]
+                alone[(str(version.reproducer), variant)] = statistics.median(times)
+
+        (settings.VAR_DIR / "logs").mkdir(exist_ok=True)
+        worker = start_worker(settings.VAR_DIR / "logs" / "bench-worker.log", name="bench")
+        try:
+            plain = detector_record("plain")
+            time.sleep(3)  # let the worker connect before the first measurement
+            through, dispatch = {}, []
+            for version in versions:
+                for variant in ("buggy", "fixed"):
+                    walls = []
+                    for seed in range(repeat):  # one run at a time: queueing behind others is not dispatch
+                        campaign = do_create_campaign(None, "bench", [version], [plain], [variant], [seed])
+                        wait_for_campaign(campaign, lambda line: None, timeout=600, interval=0.05)
+                        run = campaign.runs.get()
+                        dispatch.append((run.started_at - run.queued_at).total_seconds())
+                        walls.append((run.finished_at - run.queued_at).total_seconds())
+                    through[(str(version.reproducer), variant)] = statistics.median(walls)
+        finally:
+            stop_process(worker)
+
+        self.stdout.write(f"\n{'reproducer':<28}{'variant':<8}{'alone (s)':>11}{'queued->done (s)':>18}{'ratio':>8}")
+        for key, seconds in alone.items():
+            self.stdout.write(f"{key[0]:<28}{key[1]:<8}{seconds:>11.2f}{through[key]:>18.2f}"
+                              f"{through[key] / seconds:>8.2f}")
+        ratios = [through[key] / alone[key] for key in alone]
+        self.stdout.write(f"\nmedian queued->started: {statistics.median(dispatch) * 1000:.0f} ms "
+                          f"(min {min(dispatch) * 1000:.0f}, max {max(dispatch) * 1000:.0f}, n={len(dispatch)})")
+        self.stdout.write(f"median pipeline/alone wall ratio: {statistics.median(ratios):.2f}")
