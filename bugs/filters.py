@@ -1,7 +1,11 @@
 import django_filters
+from django import forms
 from django.db.models import Q
 
 from .models import Bug, BugStatus, FaultLocation, Framework, Reproduction
+
+
+ANY_YES_NO = [("", "any"), ("true", "yes"), ("false", "no")]
 
 
 class BugFilter(django_filters.FilterSet):
@@ -10,8 +14,9 @@ class BugFilter(django_filters.FilterSet):
     fault_location = django_filters.ChoiceFilter(choices=FaultLocation.choices, label="Where the fault lives")
     status = django_filters.ChoiceFilter(choices=BugStatus.choices)
     reproduction = django_filters.ChoiceFilter(choices=Reproduction.choices)
-    needs_cuda = django_filters.BooleanFilter(field_name="needs_cuda_original", label="Original needs CUDA")
-    multi_rank = django_filters.BooleanFilter(label="Multi-rank")
+    needs_cuda = django_filters.BooleanFilter(field_name="needs_cuda_original", label="Original needs CUDA",
+                                              widget=forms.Select(choices=ANY_YES_NO))
+    multi_rank = django_filters.BooleanFilter(label="Multi-rank", widget=forms.Select(choices=ANY_YES_NO))
 
     class Meta:
         model = Bug

@@ -91,12 +91,6 @@ class Bug(models.Model):
     def delete(self, *args, **kwargs):
         raise ValidationError("Bugs are never deleted: deprecate them with a reason (bugs.services.do_deprecate_bug).")
 
-    @property
-    def needs_cuda(self):
-        """True when no reproducer of this bug can run without CUDA."""
-        reproducers = list(self.reproducers.all())
-        return bool(reproducers) and all(r.needs_cuda for r in reproducers)
-
 
 class Strategy(models.TextChoices):
     FAITHFUL = "faithful", "Faithful"
@@ -121,11 +115,8 @@ class Reproducer(models.Model):
     def __str__(self):
         return f"{self.bug.bug_id}/{self.name}"
 
-    def latest_version(self, approved_only=False):
-        versions = self.versions.all()
-        if approved_only:
-            versions = versions.filter(review_state=ReviewState.APPROVED)
-        return versions.order_by("-created_at", "-id").first()
+    def latest_version(self):
+        return self.versions.order_by("-created_at", "-id").first()
 
 
 class ReviewState(models.TextChoices):
@@ -170,10 +161,6 @@ class ReproducerVersion(models.Model):
     @property
     def is_approved(self):
         return self.review_state == ReviewState.APPROVED
-
-    @property
-    def entrypoint_source(self):
-        return self.files.get(self.entrypoint, "")
 
     def save(self, *args, **kwargs):
         if self.pk is not None:

@@ -1,12 +1,13 @@
 from functools import cache
 
 from django.core.paginator import Paginator
+from django.db.models import Count, Q
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.cache import cache_control
 
 from .charts import loss_figure
-from .models import Campaign, Run
+from .models import FINISHED_STATUSES, Campaign, Run
 
 
 def run_detail(request, pk):
@@ -26,7 +27,9 @@ def run_detail(request, pk):
 
 
 def campaign_list(request):
-    page = Paginator(Campaign.objects.select_related("created_by"), 25).get_page(request.GET.get("page"))
+    campaigns = Campaign.objects.select_related("created_by").annotate(
+        run_count=Count("runs"), finished_count=Count("runs", filter=Q(runs__status__in=FINISHED_STATUSES)))
+    page = Paginator(campaigns, 25).get_page(request.GET.get("page"))
     return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": page.object_list})
 
 

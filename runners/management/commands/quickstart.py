@@ -10,7 +10,7 @@ from evaluation.tables import detection_table
 from runners.local_worker import log_tail, start_worker, stop_process
 from runners.progress import wait_for_campaign
 
-from .run_campaign import create_campaign_from_options
+from .run_campaign import create_campaign_from_options, csv
 
 
 class Command(BaseCommand):
@@ -20,9 +20,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
 
-    def handle(self, *args, port, seeds, no_serve, **options):
+    def handle(self, *args, port, seeds, bugs, no_serve, **options):
         if not no_serve:
             self.check_port_free(port)
         call_command("migrate", interactive=False, verbosity=0)
@@ -38,7 +39,7 @@ class Command(BaseCommand):
                                        stderr=subprocess.STDOUT)
                 self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live campaign progress under /campaigns/)")
             campaign = create_campaign_from_options({
-                "name": "quickstart", "bugs": None, "detectors": None, "variants": ["buggy", "fixed"],
+                "name": "quickstart", "bugs": bugs, "detectors": None, "variants": ["buggy", "fixed"],
                 "seeds": [int(s) for s in seeds.split(",")], "steps": None,
             })
             self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
@@ -75,3 +76,5 @@ class Command(BaseCommand):
         for run in failed:
             self.stdout.write(self.style.ERROR(f"run {run.pk} failed: {run.failure_reason}"))
         self.stdout.write(f"{progress['done']}/{progress['total']} runs finished, {failed.count()} failed.")
+        if failed.exists():
+            raise CommandError("Some runs failed; see the reasons above and the run pages.")

@@ -1,0 +1,24 @@
+"""The README's main command, on the embedded default (SQLite, filesystem broker, local worker)."""
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_quickstart_runs_a_campaign_end_to_end_without_servers(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env["SILENTBENCH_VAR_DIR"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "quickstart", "--no-serve", "--bugs", "PT-FORUM-84911"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "silentbench.sqlite3").exists()
+    assert "6/6 runs" in result.stdout  # 1 reproducer x 2 variants x 3 detectors, with a progress bar
+    matrix = result.stdout.split("Detection matrix", 1)[1]
+    row = next(line for line in matrix.splitlines() if line.startswith("PT-FORUM-84911"))
+    assert "detected 1/1 FA 0" in row  # param_not_updated
+    assert row.count("missed 0/1 FA 0") == 2  # nan_inf and plain
