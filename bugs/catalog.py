@@ -92,6 +92,15 @@ def parse_reproducer_folder(folder):
     return manifest, files
 
 
+def _full_clean(instance, path):
+    """The model's own validation (lengths, URLs, choices), so SQLite refuses what PostgreSQL would."""
+    try:
+        instance.full_clean(validate_unique=False)
+    except ValidationError as error:
+        problems = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
+        raise ValidationError(f"{path}: {problems}") from error
+
+
 def _read_yaml(path):
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -118,17 +127,15 @@ def load_catalog(root):
     root = Path(root)
     for bug_yaml in sorted(root.glob("*/bug.yaml")):
         bug_id, fields = parse_bug_yaml(bug_yaml)
-        bug = Bug.objects.filter(bug_id=bug_id).first()
-        if bug is None:
-            bug = Bug.objects.create(bug_id=bug_id, status=BugStatus.APPROVED, **fields)
-            summary.bugs_created.append(bug_id)
-        elif any(getattr(bug, name) != value for name, value in fields.items()):
+        bug = Bug.objects.filter(bug_id=bug_id).first() or Bug(bug_id=bug_id, status=BugStatus.APPROVED)
+        if bug.pk and all(getattr(bug, name) == value for name, value in fields.items()):
+            summary.unchanged += 1
+        else:
+            (summary.bugs_updated if bug.pk else summary.bugs_created).append(bug_id)
             for name, value in fields.items():
                 setattr(bug, name, value)
+            _full_clean(bug, bug_yaml)
             bug.save()
-            summary.bugs_updated.append(bug_id)
-        else:
-            summary.unchanged += 1
         for manifest_path in sorted(bug_yaml.parent.glob("*/reproducer.yaml")):
             _load_reproducer(bug, manifest_path.parent, summary)
     return summary

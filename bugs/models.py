@@ -54,7 +54,7 @@ class Bug(models.Model):
     bug_id = models.CharField("ID", max_length=64, unique=True, validators=[validate_bug_id])
     title = models.CharField(max_length=200)
     framework = models.CharField(max_length=32, choices=Framework.choices, db_index=True)
-    framework_versions = models.CharField(max_length=200, blank=True)
+    framework_versions = models.TextField(blank=True, help_text="Affected versions, in words.")
     fault_location = models.CharField(max_length=32, choices=FaultLocation.choices, db_index=True)
     root_cause_category = models.CharField(max_length=100, blank=True)
     root_cause = models.TextField()

@@ -93,6 +93,7 @@ def test_bugs_cannot_be_deleted(catalog):
     (BUG_YAML.replace("framework: pytorch", "framework: theano"), "framework 'theano' is not one of"),
     (BUG_YAML.replace("symptom: Loss looks fine.\n", ""), "missing symptom"),
     ("id: [unclosed", "cannot read YAML"),
+    (BUG_YAML.replace("A toy bug", "x" * 300), "title: Ensure this value has at most 200 characters"),
     (BUG_YAML + "upstream_issue_url: javascript:alert(1)\n", "must be an http\\(s\\) URL"),
 ])
 def test_bad_bug_yaml_is_refused_with_the_reason_and_loads_nothing(catalog, broken, message):

@@ -201,17 +201,22 @@ def make_data(gen, steps):
 
 def worker(rank, world, port, variant, seed, steps):
     torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # same stream on every rank
+    model = TinyTPBlock(rank, world, gen)
+    batches = make_data(gen, steps)
+    params = list(model.parameters())
+    # The optimizer is built *before* the process group on purpose. Its constructor imports
+    # torch._dynamo, and importing that while a group exists keeps the group alive after
+    # destroy_process_group(); its gloo worker threads then race interpreter shutdown and
+    # a clean run dies with SIGABRT about once in ten runs ("terminate called without an
+    # active exception"). Built first, the group is torn down for real and exit is clean.
+    optimizer = torch.optim.SGD(params, lr=LR, momentum=0.9)
+
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)  # same stream on every rank
-        model = TinyTPBlock(rank, world, gen)
-        batches = make_data(gen, steps)
-        params = list(model.parameters())
-        optimizer = torch.optim.SGD(params, lr=LR, momentum=0.9)
-
         if rank == 0:
             report({"event": "start", "time": time.time(), "variant": variant, "seed": seed,
                     "steps": steps, "world_size": world})
