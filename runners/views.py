@@ -27,7 +27,7 @@ def run_detail(request, pk):
 
 
 def campaign_list(request):
-    campaigns = Campaign.objects.select_related("created_by").annotate(
+    campaigns = Campaign.objects.select_related("created_by").order_by("-created_at", "-id").annotate(
         run_count=Count("runs"), finished_count=Count("runs", filter=Q(runs__status__in=FINISHED_STATUSES)))
     page = Paginator(campaigns, 25).get_page(request.GET.get("page"))
     return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": page.object_list})

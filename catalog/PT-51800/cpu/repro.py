@@ -42,7 +42,6 @@ import math
 import os
 import sys
 import time
-import warnings
 
 import torch
 import torch.nn as nn
@@ -123,7 +122,6 @@ def main():
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny tensors: one thread is faster and steadier on a shared CPU
-    warnings.filterwarnings("ignore", message=".*spectral_norm.*")
 
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)

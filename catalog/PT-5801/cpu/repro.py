@@ -26,7 +26,7 @@ Oracle (checked inside the single run)
     gradient of the same weighted term computed by the built-in ``F.kl_div(...,
     reduction="batchmean")`` on a detached copy: ``rel_err = ||g - g_ref|| / ||g_ref||``.
     *Manifested* means ``rel_err`` exceeded 0.05 at some step (buggy: 0.5, the gradient is
-    half what it should be; fixed: ~1e-7). As evidence, ``torch.autograd.gradcheck`` of the
+    half what it should be; fixed: 0 up to rounding). As evidence, ``torch.autograd.gradcheck`` of the
     weighted term is run once in float64 at the end: it reports a Jacobian mismatch in the
     buggy variant only. (Even unweighted, today's gradcheck would flag the Function through
     its "backward not multiplied by grad_output" test; the 0.3-era criterion tests used a
