@@ -1,4 +1,5 @@
-"""Catalog as code: load ``catalog/<BUG-ID>/bug.yaml`` and its reproducer folders into the database.
+"""Catalog as code: load ``catalog/<BUG-ID>/bug.yaml`` and its reproducer folders, and the clean
+reference pipelines in ``catalog/pipelines/<name>/``, into the database.
 
 Loading is idempotent. Unchanged files create nothing; a changed reproducer becomes a new,
 immutable version (the old one stays, with its runs).
@@ -27,6 +28,7 @@ CHOICES = {"framework": Framework, "fault_location": FaultLocation, "reproductio
 REQUIRED_MANIFEST_FIELDS = ("entrypoint", "strategy", "default_steps", "needs")
 CATALOG_REVIEW_NOTE = "Catalog as code: reviewed and merged in the repository."
 IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
+PIPELINES_DIR = "pipelines"  # catalog/pipelines/<name>/: clean reference pipelines, no bug
 
 
 @dataclass
@@ -138,6 +140,8 @@ def load_catalog(root):
             bug.save()
         for manifest_path in sorted(bug_yaml.parent.glob("*/reproducer.yaml")):
             _load_reproducer(bug, manifest_path.parent, summary)
+    for manifest_path in sorted((root / PIPELINES_DIR).glob("*/reproducer.yaml")):
+        _load_reproducer(None, manifest_path.parent, summary)
     return summary
 
 

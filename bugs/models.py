@@ -98,9 +98,10 @@ class Strategy(models.TextChoices):
 
 
 class Reproducer(models.Model):
-    """A named way to reproduce a bug (``cpu``, ``cuda``...). Its code lives in versions."""
+    """A named way to reproduce a bug (``cpu``, ``cuda``...), or, without a bug, a clean reference
+    pipeline (no fault; only its ``fixed`` variant exists). Its code lives in versions."""
 
-    bug = models.ForeignKey(Bug, on_delete=models.PROTECT, related_name="reproducers")
+    bug = models.ForeignKey(Bug, null=True, blank=True, on_delete=models.PROTECT, related_name="reproducers")
     name = models.SlugField(max_length=50)
     strategy = models.CharField(max_length=16, choices=Strategy.choices)
     strategy_note = models.TextField(blank=True)
@@ -110,10 +111,18 @@ class Reproducer(models.Model):
 
     class Meta:
         ordering = ["bug__bug_id", "name"]
-        constraints = [models.UniqueConstraint(fields=["bug", "name"], name="unique_reproducer_name_per_bug")]
+        constraints = [
+            models.UniqueConstraint(fields=["bug", "name"], name="unique_reproducer_name_per_bug"),
+            models.UniqueConstraint(fields=["name"], condition=models.Q(bug__isnull=True),
+                                    name="unique_reference_pipeline_name"),
+        ]
 
     def __str__(self):
-        return f"{self.bug.bug_id}/{self.name}"
+        return f"{self.bug.bug_id}/{self.name}" if self.bug_id else f"pipeline/{self.name}"
+
+    @property
+    def is_reference_pipeline(self):
+        return self.bug_id is None
 
     def latest_version(self):
         return self.versions.order_by("-created_at", "-id").first()
@@ -172,3 +181,41 @@ class ReproducerVersion(models.Model):
             ):
                 raise ValidationError("Reproducer versions are immutable: load the new content as a new version.")
         super().save(*args, **kwargs)
+
+
+class StabilityVerdict(models.TextChoices):
+    VERIFIED = "verified", "Verified"
+    FLAKY = "flaky", "Flaky"
+    UNREPRODUCIBLE = "unreproducible", "Unreproducible"
+
+
+class StabilityCheck(models.Model):
+    """One verification of a reproducer version: over k seeds, buggy manifested a/k, fixed b/k.
+
+    Verified means a = k and b = 0 (DESIGN.md); no buggy manifestation is unreproducible; anything
+    else, including a run that crashed, is flaky.
+    """
+
+    reproducer_version = models.ForeignKey(ReproducerVersion, on_delete=models.PROTECT, related_name="stability_checks")
+    campaign = models.ForeignKey("runners.Campaign", null=True, blank=True, on_delete=models.SET_NULL)
+    environment = models.ForeignKey("runners.Environment", null=True, blank=True, on_delete=models.SET_NULL)
+    seeds = models.PositiveIntegerField()
+    buggy_manifested = models.PositiveIntegerField()
+    fixed_manifested = models.PositiveIntegerField()
+    failed_runs = models.PositiveIntegerField(default=0)
+    verdict = models.CharField(max_length=16, choices=StabilityVerdict.choices)
+    checked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+
+    def __str__(self):
+        return f"{self.reproducer_version}: buggy {self.buggy_manifested}/{self.seeds}, fixed {self.fixed_manifested}/{self.seeds}"
+
+    @staticmethod
+    def verdict_for(seeds, buggy_manifested, fixed_manifested, failed_runs):
+        if buggy_manifested == seeds and fixed_manifested == 0 and failed_runs == 0:
+            return StabilityVerdict.VERIFIED
+        if buggy_manifested == 0:
+            return StabilityVerdict.UNREPRODUCIBLE
+        return StabilityVerdict.FLAKY

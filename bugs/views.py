@@ -10,7 +10,7 @@ from pygments.util import ClassNotFound
 from runners.models import Run
 
 from .filters import BugFilter
-from .models import Bug, Reproducer
+from .models import Bug, Reproducer, StabilityCheck
 
 
 class BugListView(FilterView):
@@ -37,8 +37,10 @@ def bug_detail(request, bug_id):
     for reproducer in Reproducer.objects.filter(bug=bug).prefetch_related("versions"):
         version = reproducer.latest_version()
         files = [(name, highlighted(name, text)) for name, text in sorted(version.files.items())] if version else []
+        stability = (StabilityCheck.objects.filter(reproducer_version__reproducer=reproducer)
+                     .select_related("environment", "reproducer_version").first())
         reproducers.append({"reproducer": reproducer, "version": version, "files": files,
-                            "version_count": reproducer.versions.count()})
+                            "version_count": reproducer.versions.count(), "stability": stability})
     runs = (Run.objects.filter(reproducer_version__reproducer__bug=bug)
             .select_related("detector", "reproducer_version__reproducer").order_by("-queued_at", "-id")[:50])
     return render(request, "bugs/bug_detail.html", {

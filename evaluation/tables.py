@@ -40,7 +40,8 @@ def judged_runs(runs):
 
 
 def detection_table(runs=None):
-    judged = judged_runs(runs if runs is not None else Run.objects.all())
+    runs = (runs if runs is not None else Run.objects.all()).filter(reproducer_version__reproducer__bug__isnull=False)
+    judged = judged_runs(runs)
     cells = defaultdict(lambda: defaultdict(list))
     for row, verdict, _ in judged:
         key = (row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
@@ -66,7 +67,7 @@ def detection_table(runs=None):
 
 
 def false_positive_table(runs=None):
-    """Per detector, over clean runs (fixed variants)."""
+    """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines."""
     judged = judged_runs(runs if runs is not None else Run.objects.all())
     totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0})
     for row, verdict, alarm_count in judged:

@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from bugs.models import BugStatus, ReproducerVersion, ReviewState
+from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, StabilityCheck, StabilityVerdict
 
 from .detectors import all_plugins, get_plugin
 from .environment import host_facts
@@ -40,11 +40,11 @@ def sync_detectors():
     return {name: detector_record(name) for name in all_plugins()}
 
 
-def runnable_versions(bug_ids=None, cuda=False):
-    """The latest approved version of each reproducer (CPU ones unless ``cuda``), of
-    the given bugs or of every bug that is not deprecated."""
+def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
+    """The latest approved version of each reproducer (CPU ones unless ``cuda``), of the given
+    bugs or of every bug that is not deprecated; of the clean reference pipelines if ``pipelines``."""
     versions = ReproducerVersion.objects.filter(
-        review_state=ReviewState.APPROVED, reproducer__needs_cuda=cuda,
+        review_state=ReviewState.APPROVED, reproducer__needs_cuda=cuda, reproducer__bug__isnull=pipelines,
     ).exclude(reproducer__bug__status=BugStatus.DEPRECATED).select_related("reproducer__bug")
     if bug_ids is not None:
         versions = versions.filter(reproducer__bug__bug_id__in=bug_ids)
@@ -185,3 +185,40 @@ def do_requeue_stale_runs(now=None):
     if requeued:
         transaction.on_commit(lambda: enqueue_runs(requeued))
     return requeued
+
+
+def do_record_stability(campaign):
+    """Stability of every bug reproducer a verification campaign ran, and the bugs' new status.
+
+    Over the campaign's seeds: buggy manifested a/k, fixed b/k (DESIGN.md). A deprecated bug
+    keeps its status; a bug with several reproducers takes the worst verdict among them.
+    """
+    tallies = {}
+    for run in campaign.runs.select_related("reproducer_version__reproducer__bug", "environment"):
+        if run.reproducer_version.reproducer.is_reference_pipeline:
+            continue
+        tally = tallies.setdefault(run.reproducer_version, {"seeds": set(), "buggy": 0, "fixed": 0, "failed": 0,
+                                                          "environment": run.environment})
+        tally["seeds"].add(run.seed)
+        if run.status != RunStatus.SUCCEEDED:
+            tally["failed"] += 1
+        elif run.manifested:
+            tally[run.variant] += 1
+    checks = []
+    with transaction.atomic():
+        for version, tally in tallies.items():
+            seeds = len(tally["seeds"])
+            checks.append(StabilityCheck.objects.create(
+                reproducer_version=version, campaign=campaign, environment=tally["environment"], seeds=seeds,
+                buggy_manifested=tally["buggy"], fixed_manifested=tally["fixed"], failed_runs=tally["failed"],
+                verdict=StabilityCheck.verdict_for(seeds, tally["buggy"], tally["fixed"], tally["failed"]),
+            ))
+        severity = [StabilityVerdict.VERIFIED, StabilityVerdict.FLAKY, StabilityVerdict.UNREPRODUCIBLE]
+        by_bug = {}
+        for check in checks:
+            bug = check.reproducer_version.reproducer.bug
+            by_bug[bug] = max(by_bug.get(bug, StabilityVerdict.VERIFIED), check.verdict, key=severity.index)
+        for bug, verdict in by_bug.items():
+            if bug.status != BugStatus.DEPRECATED:
+                Bug.objects.filter(pk=bug.pk).update(status=verdict, updated_at=timezone.now())
+    return checks

@@ -1,0 +1,295 @@
+"""SilentBench reproducer for VERDICT-CONST-MUTATED-ONE-RANK: RMSNorm epsilon differs on rank 0.
+
+The bug
+    VERDICT (SOSP 2025) crafted faults into nnScaler execution plans; in bugs 7 and 8 the code
+    of one forward operator was generated with a different constant on rank 0 only (an ADD
+    with a changed epsilon, or POW with exponent 1 instead of 2), while every other rank ran
+    the single-device operator. The mutated rank computes different activations from the same
+    input; nothing fails, the replicated weights of the ranks drift apart and the parallel
+    model no longer matches the single-device one.
+
+This program (injected: the faulty logic is rebuilt in a small loop)
+    Two processes (gloo, launched by this file with torch.multiprocessing.spawn) form one
+    tensor-parallel group. The model is a replicated input Linear -> replicated RMSNorm
+    (x * rsqrt(mean(x^2) + eps) * gain, computed by every rank on the same input) -> identity
+    fwd / all-reduce bwd -> column-parallel Linear (hidden features split) -> GELU ->
+    row-parallel Linear (partial outputs all-reduced) + replicated output bias, trained with
+    SGD + momentum on a regression task generated from the seed. The single-device model uses
+    eps = 1e-5. In the ``fixed`` plan every rank uses that constant; in the ``buggy`` plan the
+    ADD of rank 0 adds 1.0 instead (a mutated constant), rank 1 still adds 1e-5. Nothing else
+    differs.
+
+Oracle
+    Parallel-vs-single-device equivalence. Rank 0 also holds an unsharded copy of the same
+    model with the same initial weights and optimizer, and trains it in lockstep on the same
+    batches. After every step the parameters of the parallel model (shards of all ranks,
+    replicated params of rank 0) are compared on rank 0 with the single-device parameters:
+    *manifested* means that their relative L2 distance exceeds 1e-3 at some step (the fixed
+    plan stays near 1e-7, float32 rounding only). The cross-rank drift of the replicated
+    params is reported as evidence.
+
+Trigger step
+    0: the mutated constant is used in the first forward pass.
+"""
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEFAULT_STEPS = 20
+TRIGGER_STEP = 0
+WORLD_SIZE = 2
+D_IN = 16
+D_MODEL = 24
+D_HIDDEN = 48
+D_OUT = 8
+BATCH = 32
+LR = 0.05
+MOMENTUM = 0.9
+RMS_EPS = 1e-5  # the single-device model's constant
+TOLERANCE = 1e-3  # relative parameter distance parallel vs single-device
+SHARD_DIM = {"w1": 0, "b1": 0, "w2": 1}  # column-parallel rows, row-parallel columns
+
+
+# --- reporting helper (copied into every reproducer; no SilentBench import) ----------
+def _clean(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def report(record):
+    line = json.dumps(_clean(record), allow_nan=False)
+    path = os.environ.get("SILENTBENCH_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+    else:  # one write per line, so that lines of several ranks do not interleave
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+# -------------------------------------------------------------------------------------
+
+
+def rank_add_constant(rank, variant):
+    """The constant of the RMSNorm ADD op in this rank's generated code."""
+    if variant == "fixed":
+        # FIX: every rank's ADD is generated from the single-device op, eps = 1e-5
+        return RMS_EPS
+    # BUG: rank 0's copy of the ADD op was generated with a mutated constant
+    return 1.0 if rank == 0 else RMS_EPS
+
+
+class _IdentityAllReduce(torch.autograd.Function):
+    """Identity fwd, all-reduce of the input gradient bwd (in front of column-parallel)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class _AllReduceIdentity(torch.autograd.Function):
+    """All-reduce fwd, identity bwd (after row-parallel)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.contiguous().clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def rms_norm(x, gain, eps):
+    mean_sq = torch.pow(x, 2).mean(dim=-1, keepdim=True)
+    return x * torch.rsqrt(torch.add(mean_sq, eps)) * gain
+
+
+def init_full_weights(gen):
+    """Full (unsharded) initial weights, drawn identically on every rank."""
+    return {
+        "w0": torch.randn(D_MODEL, D_IN, generator=gen) / math.sqrt(D_IN),
+        "b0": 0.1 * torch.randn(D_MODEL, generator=gen),
+        "gain": 1.0 + 0.1 * torch.randn(D_MODEL, generator=gen),
+        "w1": torch.randn(D_HIDDEN, D_MODEL, generator=gen) / math.sqrt(D_MODEL),
+        "b1": 0.1 * torch.randn(D_HIDDEN, generator=gen),
+        "w2": torch.randn(D_OUT, D_HIDDEN, generator=gen) / math.sqrt(D_HIDDEN),
+        "b2": torch.zeros(D_OUT),
+    }
+
+
+class ReferenceModel(nn.Module):
+    """The single-device model."""
+
+    def __init__(self, full):
+        super().__init__()
+        self.p = nn.ParameterDict({n: nn.Parameter(v.clone()) for n, v in full.items()})
+
+    def forward(self, x):
+        p = self.p
+        h = rms_norm(F.linear(x, p["w0"], p["b0"]), p["gain"], RMS_EPS)
+        a = F.gelu(F.linear(h, p["w1"], p["b1"]))
+        return F.linear(a, p["w2"], p["b2"])
+
+
+class TensorParallelModel(nn.Module):
+    """The same model; w1/b1 split by rows (column-parallel), w2 by columns (row-parallel)."""
+
+    def __init__(self, full, rank, world, eps):
+        super().__init__()
+        shard = D_HIDDEN // world
+        lo, hi = rank * shard, (rank + 1) * shard
+        local = {}
+        for name, value in full.items():
+            if name in SHARD_DIM:
+                value = value.narrow(SHARD_DIM[name], lo, hi - lo)
+            local[name] = nn.Parameter(value.clone())
+        self.p = nn.ParameterDict(local)
+        self.eps = eps
+
+    def forward(self, x):
+        p = self.p
+        h = rms_norm(F.linear(x, p["w0"], p["b0"]), p["gain"], self.eps)
+        a = F.gelu(F.linear(_IdentityAllReduce.apply(h), p["w1"], p["b1"]))
+        return _AllReduceIdentity.apply(F.linear(a, p["w2"])) + p["b2"]
+
+
+@torch.no_grad()
+def gather_parallel_state(model, world):
+    """Collective: full params of the parallel model and the cross-rank drift of replicas."""
+    full, drift = {}, 0.0
+    for name, p in model.p.items():
+        parts = [torch.empty_like(p) for _ in range(world)]
+        dist.all_gather(parts, p.detach().contiguous())
+        if name in SHARD_DIM:
+            full[name] = torch.cat(parts, dim=SHARD_DIM[name])
+        else:
+            full[name] = parts[0]
+            drift = max(drift, max(float((parts[0] - q).abs().max()) for q in parts[1:]))
+    return full, drift
+
+
+@torch.no_grad()
+def relative_distance(params, reference):
+    num = sum(float((params[n] - r).double().pow(2).sum()) for n, r in reference.p.items())
+    den = sum(float(r.double().pow(2).sum()) for r in reference.p.values())
+    return math.sqrt(num / den)
+
+
+def make_data(gen, steps):
+    teacher = torch.randn(D_OUT, D_IN, generator=gen) / math.sqrt(D_IN)
+    batches = []
+    for _ in range(steps):
+        x = torch.randn(BATCH, D_IN, generator=gen)
+        y = torch.tanh(2.0 * x @ teacher.T)
+        batches.append((x, y))
+    return batches
+
+
+def worker(rank, world, port, variant, seed, steps):
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # same stream on every rank
+    full = init_full_weights(gen)
+    batches = make_data(gen, steps)
+    eps = rank_add_constant(rank, variant)
+    model = TensorParallelModel(full, rank, world, eps)
+    reference = ReferenceModel(full) if rank == 0 else None
+    # Optimizers are built *before* the process group: their constructor imports torch._dynamo,
+    # and doing that while a group exists makes destroy_process_group() racy (SIGABRT at exit).
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=LR, momentum=MOMENTUM) if reference else None
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        if rank == 0:
+            report({"event": "start", "time": time.time(), "variant": variant, "seed": seed,
+                    "steps": steps, "world_size": world})
+
+        distances, loss_diffs, drifts = [], [], []
+        for step, (x, y) in enumerate(batches):
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            params, drift = gather_parallel_state(model, world)
+            metrics = {"add_constant": eps}
+            if rank == 0:  # the single-device run, in lockstep on the same batch
+                ref_optimizer.zero_grad()
+                ref_loss = F.mse_loss(reference(x), y)
+                ref_loss.backward()
+                ref_optimizer.step()
+                loss_diff = abs(loss.item() - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12)
+                distance = relative_distance(params, reference)
+                distances.append(distance)
+                loss_diffs.append(loss_diff)
+                drifts.append(drift)
+                metrics.update({"ref_loss": ref_loss.item(), "loss_rel_diff": loss_diff,
+                                "param_rel_diff": distance, "replica_max_abs_diff": drift})
+            report({"event": "step", "step": step, "rank": rank, "loss": loss.item(),
+                    "time": time.time(), "metrics": metrics})
+
+        if rank == 0:
+            worst = max(distances)
+            manifested = worst > TOLERANCE
+            first_bad = next((i for i, d in enumerate(distances) if d > TOLERANCE), None)
+            if manifested:
+                summary = ("parallel run departs from the single-device run: relative parameter "
+                           "distance %.3g (tolerance %.0e), first over it at step %s; replicated "
+                           "params drift apart across ranks by %.3g"
+                           % (worst, TOLERANCE, first_bad, max(drifts)))
+            else:
+                summary = ("parallel run matches the single-device run: max relative parameter "
+                           "distance %.3g" % worst)
+            report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,
+                    "summary": summary,
+                    "evidence": {"max_param_rel_diff": worst, "final_param_rel_diff": distances[-1],
+                                 "max_loss_rel_diff": max(loss_diffs),
+                                 "replica_max_abs_diff": max(drifts),
+                                 "first_step_over_tolerance": first_bad, "tolerance": TOLERANCE}})
+        dist.barrier()  # nobody tears the group down while another rank still uses it
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", choices=["buggy", "fixed"], required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    args = parser.parse_args()
+    mp.spawn(worker, args=(WORLD_SIZE, free_port(), args.variant, args.seed, args.steps),
+             nprocs=WORLD_SIZE, join=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+import statistics
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from runners.local_worker import log_tail, start_worker, stop_process
+from runners.progress import wait_for_campaign
+from runners.services import detector_record, do_create_campaign, do_record_stability, runnable_versions
+
+from .run_campaign import csv
+
+
+class Command(BaseCommand):
+    help = ("Verify reproducers through the normal run pipeline: k seeds of the buggy and the fixed variant "
+            "(no detector). Records stability (buggy a/k, fixed b/k) and sets each bug to verified, flaky or "
+            "unreproducible.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every CPU reproducer)")
+        parser.add_argument("--seeds", type=int, default=3, help="k, the number of seeds (0..k-1)")
+        parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
+        parser.add_argument("--no-worker", action="store_true",
+                            help="do not start a local worker: rely on workers already consuming the queue")
+
+    def handle(self, *args, bugs, seeds, steps, no_worker, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("load_catalog", verbosity=0)
+        versions = runnable_versions(bugs)
+        if bugs and {v.reproducer.bug.bug_id for v in versions} != set(bugs):
+            raise CommandError(f"No approved CPU reproducer for: "
+                               f"{', '.join(sorted(set(bugs) - {v.reproducer.bug.bug_id for v in versions}))}")
+        campaign = do_create_campaign(None, f"verification k={seeds}", versions, [detector_record("plain")],
+                                      ["buggy", "fixed"], list(range(seeds)), steps)
+        self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} verification runs.")
+        worker = None
+        logs = settings.VAR_DIR / "logs"
+        logs.mkdir(exist_ok=True)
+        if not no_worker:
+            worker = start_worker(logs / "verify-worker.log", name="verify")
+        try:
+            def watchdog():
+                if worker is not None and worker.poll() is not None:
+                    raise CommandError(f"The local worker exited:\n{log_tail(logs / 'verify-worker.log')}")
+
+            wait_for_campaign(campaign, self.stdout.write, watchdog=watchdog)
+        finally:
+            if worker is not None:
+                stop_process(worker)
+        checks = do_record_stability(campaign)
+        self.report(campaign, checks)
+        if any(check.verdict != "verified" for check in checks):
+            raise CommandError("Not every reproducer verified; see the table above.")
+
+    def report(self, campaign, checks):
+        walls = {}
+        for version_id, wall in campaign.runs.filter(status="succeeded").values_list(
+                "reproducer_version_id", "wall_seconds"):
+            walls.setdefault(version_id, []).append(wall)
+        self.stdout.write(f"\n{'reproducer':<36}{'strategy':<10}{'buggy':>7}{'fixed':>7}{'failed':>8}"
+                          f"{'median s':>10}  verdict")
+        for check in sorted(checks, key=lambda c: str(c.reproducer_version.reproducer)):
+            version = check.reproducer_version
+            median = statistics.median(walls[version.pk]) if walls.get(version.pk) else float("nan")
+            self.stdout.write(
+                f"{str(version.reproducer):<36}{version.reproducer.strategy:<10}"
+                f"{check.buggy_manifested:>4}/{check.seeds:<2}{check.fixed_manifested:>4}/{check.seeds:<2}"
+                f"{check.failed_runs:>8}{median:>10.2f}  {check.verdict}")
+        for run in campaign.runs.exclude(status="succeeded"):
+            self.stdout.write(self.style.ERROR(f"run {run.pk} ({run.reproducer_version.reproducer} {run.variant} "
+                                               f"seed {run.seed}): {run.failure_reason}"))
