@@ -14,7 +14,18 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Bug, BugStatus, FaultLocation, Framework, Reproducer, Reproduction, ReproducerVersion, ReviewState, Strategy, validate_bug_id
+from .models import (
+    Bug,
+    BugStatus,
+    FaultLocation,
+    Framework,
+    Reproducer,
+    ReproducerVersion,
+    Reproduction,
+    ReviewState,
+    Strategy,
+    validate_bug_id,
+)
 
 BUG_FIELDS = {
     "title": str, "framework": str, "framework_versions": str, "fault_location": str,

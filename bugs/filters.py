@@ -4,7 +4,6 @@ from django.db.models import Q
 
 from .models import Bug, BugStatus, FaultLocation, Framework, Reproduction
 
-
 ANY_YES_NO = [("", "any"), ("true", "yes"), ("false", "no")]
 
 

@@ -210,7 +210,8 @@ class StabilityCheck(models.Model):
         ordering = ["-checked_at", "-id"]
 
     def __str__(self):
-        return f"{self.reproducer_version}: buggy {self.buggy_manifested}/{self.seeds}, fixed {self.fixed_manifested}/{self.seeds}"
+        return (f"{self.reproducer_version}: buggy {self.buggy_manifested}/{self.seeds}, "
+                f"fixed {self.fixed_manifested}/{self.seeds}")
 
     @staticmethod
     def verdict_for(seeds, buggy_manifested, fixed_manifested, failed_runs):

@@ -85,7 +85,8 @@ def false_positive_table(runs=None):
             "detector": detector, "clean_runs": total["runs"], "clean_runs_with_alarm": total["alarmed"],
             "fp_rate": round(total["alarmed"] / total["runs"], 3), "fp_ci_low": round(low, 3),
             "fp_ci_high": round(high, 3),
-            "alarms_per_1000_clean_steps": round(1000 * total["alarms"] / total["steps"], 2) if total["steps"] else None,
+            "alarms_per_1000_clean_steps": (round(1000 * total["alarms"] / total["steps"], 2)
+                                            if total["steps"] else None),
         })
     return pd.DataFrame.from_records(records, columns=FALSE_POSITIVE_COLUMNS)
 

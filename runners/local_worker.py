@@ -4,18 +4,36 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
+from django.db import connection
 
 
-def worker_command(queues="cpu", name="local"):
-    return [sys.executable, "-m", "celery", "-A", "benchmark_site", "worker", "-Q", queues, "--concurrency", "1",
+def worker_command(queues="cpu", name="local", concurrency=1):
+    return [sys.executable, "-m", "celery", "-A", "benchmark_site", "worker", "-Q", queues,
+            "--concurrency", str(concurrency),
             "--pool", "prefork", "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
 
-def start_worker(log_path, env=None, queues="cpu", name="local"):
+def database_url(settings_dict):
+    """The URL of the database this process is connected to (under tests: the test database)."""
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = quote(settings_dict.get("USER") or "")
+    password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict.get("PASSWORD") else ""
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
+
+
+def start_worker(log_path, queues="cpu", name="local", concurrency=1):
+    """A worker on the same database, broker and var directory as this process.
+    Runs one at a time by default, so that timings are not disturbed by a neighbour."""
+    env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
+           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "SILENTBENCH_VAR_DIR": str(settings.VAR_DIR)}
     log = open(log_path, "ab")
-    return subprocess.Popen(worker_command(queues, name), cwd=settings.BASE_DIR, env=env or os.environ.copy(),
+    return subprocess.Popen(worker_command(queues, name, concurrency), cwd=settings.BASE_DIR, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -1,6 +1,9 @@
 """Watch a campaign from a terminal until its runs finish."""
 import time
 
+from django.core.management.base import CommandError
+from django.db.models import Max
+
 from .models import Campaign
 
 
@@ -10,19 +13,44 @@ def bar(progress, width=30):
     return f"[{'#' * filled}{'.' * (width - filled)}] {progress['done']}/{progress['total']} runs ({counts})"
 
 
+def line_writer(stream):
+    """Write progress lines: rewritten in place on a terminal, one per line otherwise (logs, CI)."""
+    if not stream.isatty():
+        return lambda line: (stream.write(line + "\n"), stream.flush())
+    return lambda line: (stream.write("\r\033[K" + line), stream.flush())
+
+
+class CampaignStalled(CommandError):
+    """A CommandError, so that the management commands that wait report it cleanly."""
+
+
+def stall_limit(campaign):
+    """No run can take longer than its time limit: twice the longest one, plus start-up slack."""
+    longest = campaign.runs.aggregate(longest=Max("reproducer_version__time_limit_seconds"))["longest"] or 60
+    return 2 * longest + 120
+
+
 def wait_for_campaign(campaign, write, timeout=None, interval=1.0, watchdog=None):
     """Print a progress line whenever it changes; return the final progress (or on timeout).
-    ``watchdog()`` is called at every poll and may raise to stop waiting."""
+
+    Raises CampaignStalled when nothing has changed for longer than any run could take (no worker
+    is consuming the queue, or the worker cannot reach the database). ``watchdog()`` is called at
+    every poll and may raise to stop waiting.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
-    last = None
+    stalled_after = stall_limit(campaign)
+    last, last_change = None, time.monotonic()
     while True:
         progress = Campaign.objects.get(pk=campaign.pk).progress()
         line = bar(progress)
         if line != last:
             write(line)
-            last = line
+            last, last_change = line, time.monotonic()
         if progress["done"] >= progress["total"] or (deadline and time.monotonic() > deadline):
             return progress
+        if time.monotonic() - last_change > stalled_after:
+            raise CampaignStalled(f"campaign #{campaign.pk}: no run changed state for {stalled_after} s; is a "
+                                  f"worker consuming the queue and able to reach the database?")
         if watchdog:
             watchdog()
         time.sleep(interval)

@@ -75,14 +75,15 @@ class SandboxResult:
     def failure_reason(self, limits):
         """A sentence for a human, or '' when the program ended normally with exit code 0."""
         if self.timed_out:
-            return f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; the process group was killed."
+            return (f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; "
+                    "the process group was killed.")
         if self.flooded:
             return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
         if self.exit_code == 0:
             return ""
         last_line = next((line for line in reversed(self.stderr.strip().splitlines()) if line.strip()), "")
         if looks_out_of_memory(self.stderr):
-            return f"Out of memory: the reproducer exceeded its memory limit of {limits.memory_mb} MB. {last_line}".strip()
+            return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
         if self.signal_name:
             return f"Crashed: killed by {self.signal_name}. {last_line}".strip()
         return f"Crashed: exited with code {self.exit_code}. {last_line}".strip()

@@ -18,6 +18,7 @@ from .models import Alarm, Campaign, Detector, Environment, Run, RunStatus, Work
 
 logger = logging.getLogger(__name__)
 STALE_RUN_GRACE = timedelta(minutes=5)
+CAPABILITY_FACTS = ("cpu", "cpu_count", "gpu", "cuda", "python", "packages")
 
 
 def config_hash(config):
@@ -102,7 +103,7 @@ def current_worker(queues=("cpu",)):
     worker, _ = Worker.objects.update_or_create(
         hostname=socket.gethostname(),
         defaults={"queues": list(queues), "last_seen": timezone.now(),
-                  "capabilities": {key: facts[key] for key in ("cpu", "cpu_count", "gpu", "cuda", "python", "packages")}},
+                  "capabilities": {key: facts[key] for key in CAPABILITY_FACTS}},
     )
     return worker
 

@@ -3,12 +3,8 @@
 Under bin/test this runs twice: on SQLite with the filesystem broker (the embedded default),
 and on PostgreSQL with Redis.
 """
-import os
-
 import pytest
-from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
 
 from benchmark_site.celery import app
 from runners.local_worker import log_tail, start_worker, stop_process
@@ -19,21 +15,12 @@ from runners.services import detector_record, do_create_campaign, runnable_versi
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-def worker_database_url(db_settings):
-    if db_settings["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db_settings['NAME']}"
-    host = db_settings.get("HOST") or "127.0.0.1"
-    return f"postgres://{db_settings['USER']}@{host}:{db_settings.get('PORT') or 5432}/{db_settings['NAME']}"
-
-
 @pytest.fixture
 def worker(tmp_path):
     """A real `celery worker` process on the configured broker, pointed at the test database."""
     app.control.purge()  # stale messages of an earlier session name runs that do not exist here
-    env = {**os.environ, "DATABASE_URL": worker_database_url(connection.settings_dict),
-           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "SILENTBENCH_VAR_DIR": str(settings.VAR_DIR)}
     log = tmp_path / "worker.log"
-    process = start_worker(log, env=env, name="integration")
+    process = start_worker(log, name="integration")
     yield process, log
     stop_process(process)
 

@@ -5,7 +5,7 @@ import pytest
 
 from runners.execution import execute
 from runners.models import RunStatus
-from runners.services import do_claim_run, current_worker
+from runners.services import current_worker, do_claim_run
 from runners.tasks import execute_run
 
 from .factories import GOOD_REPRODUCER, ReproducerVersionFactory, RunFactory

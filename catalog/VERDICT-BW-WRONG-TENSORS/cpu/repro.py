@@ -222,7 +222,7 @@ def worker(rank, world, port, variant, seed, steps):
                     "time": time.time(), "metrics": metrics})
 
         if rank == 0:
-            worst = max(distances)
+            worst = max(distances, default=0.0)
             manifested = worst > TOLERANCE
             first_bad = next((i for i, d in enumerate(distances) if d > TOLERANCE), None)
             if manifested:
@@ -234,8 +234,8 @@ def worker(rank, world, port, variant, seed, steps):
                            "distance %.3g" % worst)
             report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,
                     "summary": summary,
-                    "evidence": {"max_param_rel_diff": worst, "final_param_rel_diff": distances[-1],
-                                 "max_loss_rel_diff": max(loss_diffs),
+                    "evidence": {"max_param_rel_diff": worst, "final_param_rel_diff": distances[-1] if distances else None,
+                                 "max_loss_rel_diff": max(loss_diffs, default=0.0),
                                  "first_step_over_tolerance": first_bad, "tolerance": TOLERANCE}})
         dist.barrier()  # nobody tears the group down while another rank still uses it
     finally:

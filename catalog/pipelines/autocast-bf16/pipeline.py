@@ -96,7 +96,7 @@ def training_failed(losses):
 
 def make_task(gen):
     """Class means and a fixed random rotation."""
-    means = 1.2 * torch.randn(N_CLASSES, D_IN, generator=gen)
+    means = 0.7 * torch.randn(N_CLASSES, D_IN, generator=gen)
     rotation, _ = torch.linalg.qr(torch.randn(D_IN, D_IN, generator=gen))
     return means, rotation
 

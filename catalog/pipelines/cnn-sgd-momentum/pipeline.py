@@ -3,7 +3,7 @@
 What it trains
     A small convolutional network (two Conv2d(bias=False) + BatchNorm2d + ReLU + max-pool blocks
     and a linear head) classifies 3x16x16 colour images into eight classes with cross-entropy
-    and ``torch.optim.SGD(lr=0.05, momentum=0.9, weight_decay=5e-4)``. The images are generated
+    and ``torch.optim.SGD(lr=0.01, momentum=0.9, weight_decay=5e-4)``. The images are generated
     from the seed: eight smooth colour class templates (upsampled random 3x4x4 patches), each
     sample being its class template shifted by up to 2 pixels, at a random contrast, plus
     Gaussian noise. A fresh batch of 32 is drawn every step. The convolutions have no bias
@@ -36,7 +36,7 @@ DEFAULT_STEPS = 40
 TRIGGER_STEP = None  # clean pipeline: no fault is ever active
 BATCH = 32
 N_CLASSES = 8
-LR = 0.05
+LR = 0.01
 MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
 

@@ -1,3 +1,4 @@
+import os
 import socket
 import subprocess
 import sys
@@ -8,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from evaluation.tables import detection_table
 from runners.local_worker import log_tail, start_worker, stop_process
-from runners.progress import wait_for_campaign
+from runners.progress import line_writer, wait_for_campaign
 
 from .run_campaign import create_campaign_from_options, csv
 
@@ -22,15 +23,17 @@ class Command(BaseCommand):
         parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
         parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
+        parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1,
+                            help="runs at a time (default: one per core)")
 
-    def handle(self, *args, port, seeds, bugs, no_serve, **options):
+    def handle(self, *args, port, seeds, bugs, no_serve, concurrency, **options):
         if not no_serve:
             self.check_port_free(port)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog")
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(exist_ok=True)
-        worker = start_worker(logs / "worker.log")
+        worker = start_worker(logs / "worker.log", concurrency=concurrency)
         web = None
         try:
             if not no_serve:
@@ -43,7 +46,8 @@ class Command(BaseCommand):
                 "seeds": [int(s) for s in seeds.split(",")], "steps": None,
             })
             self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
-            progress = wait_for_campaign(campaign, self.stdout.write, watchdog=lambda: self.check_alive(worker, logs))
+            progress = wait_for_campaign(campaign, line_writer(sys.stdout),
+                                         watchdog=lambda: self.check_alive(worker, logs))
             self.report(campaign, progress)
             if web is not None:
                 self.stdout.write(self.style.SUCCESS(

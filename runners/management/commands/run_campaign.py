@@ -1,7 +1,9 @@
+import sys
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from runners.progress import wait_for_campaign
+from runners.progress import line_writer, wait_for_campaign
 from runners.services import detector_record, do_create_campaign, runnable_versions, sync_detectors
 
 
@@ -26,7 +28,7 @@ class Command(BaseCommand):
         campaign = create_campaign_from_options(options)
         self.stdout.write(f"Campaign #{campaign.pk} '{campaign.name}': {campaign.runs.count()} runs queued.")
         if options["wait"]:
-            wait_for_campaign(campaign, self.stdout.write)
+            wait_for_campaign(campaign, line_writer(sys.stdout))
 
 
 def create_campaign_from_options(options):

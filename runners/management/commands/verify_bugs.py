@@ -1,11 +1,12 @@
 import statistics
+import sys
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from runners.local_worker import log_tail, start_worker, stop_process
-from runners.progress import wait_for_campaign
+from runners.progress import line_writer, wait_for_campaign
 from runners.services import detector_record, do_create_campaign, do_record_stability, runnable_versions
 
 from .run_campaign import csv
@@ -43,7 +44,7 @@ class Command(BaseCommand):
                 if worker is not None and worker.poll() is not None:
                     raise CommandError(f"The local worker exited:\n{log_tail(logs / 'verify-worker.log')}")
 
-            wait_for_campaign(campaign, self.stdout.write, watchdog=watchdog)
+            wait_for_campaign(campaign, line_writer(sys.stdout), watchdog=watchdog)
         finally:
             if worker is not None:
                 stop_process(worker)
