@@ -35,11 +35,11 @@ NAN_AT_STEP_3 = "if args.variant == 'buggy' and step >= 3: loss = loss * float('
 FROZEN = "for p in model.parameters(): p.requires_grad_(args.variant != 'buggy')\nmodel.bias.requires_grad_(True)"
 
 
-def run(detector, variant, setup="optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", fault="pass"):
+def run(detector, variant, setup="optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", fault="pass", steps=6):
     source = TRAINING.replace("{setup}", setup).replace("{fault}", fault)
     version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
     outcome = execute(RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant,
-                                 steps=6))
+                                 steps=steps))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     return outcome
 
@@ -48,9 +48,10 @@ def rules(outcome):
     return [(alarm["rule"], alarm["step"]) for alarm in outcome.alarms]
 
 
-def test_registry_has_the_skeleton_detectors_with_versions():
+def test_registry_has_the_detectors_with_versions():
     plugins = all_plugins()
-    assert {"plain", "nan_inf", "param_not_updated"} <= set(plugins)
+    assert {"plain", "nan_inf", "param_not_updated", "loss_spike_megatron", "loss_spike_zscore", "grad_health",
+            "cross_rank_consistency", "detect_anomaly"} <= set(plugins)
     assert all(plugin.version and plugin.description for plugin in plugins.values())
     with pytest.raises(KeyError, match="unknown detector"):
         get_plugin("nope")
@@ -97,3 +98,90 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 """
     outcome = run("param_not_updated", "fixed", setup=setup)
     assert sorted(alarm["rank"] for alarm in outcome.alarms) == [0, 1]
+
+
+SPIKE_AT_STEP_9 = "if args.variant == 'buggy' and step == 9: loss = loss * 1000"
+NAN_BACKWARD_AT_STEP_2 = "if args.variant == 'buggy' and step == 2: loss = loss + torch.sqrt(loss - 1e9)"
+
+
+@pytest.mark.parametrize("detector", ["loss_spike_megatron", "loss_spike_zscore"])
+def test_loss_spike_rules_catch_a_spike(detector):
+    outcome = run(detector, "buggy", fault=SPIKE_AT_STEP_9, steps=12)
+    assert min(step for _, step in rules(outcome)) == 9  # the spike's aftermath may alarm too
+
+
+@pytest.mark.parametrize("detector", ["loss_spike_megatron", "loss_spike_zscore", "grad_health"])
+def test_spike_and_gradient_rules_are_quiet_on_a_clean_run(detector):
+    assert run(detector, "fixed", fault=SPIKE_AT_STEP_9, steps=12).alarms == []
+
+
+def test_grad_health_catches_an_exploding_gradient():
+    outcome = run("grad_health", "buggy", fault="if args.variant == 'buggy' and step == 5: loss = loss * 1e6")
+    assert ("exploding_gradient", 5) in rules(outcome)
+
+
+def test_grad_health_catches_a_frozen_update():
+    outcome = run("grad_health", "buggy", setup="optimizer = torch.optim.SGD(model.parameters(), lr=1e-12)")
+    assert {rule for rule, _ in rules(outcome)} == {"update_ratio"}
+
+
+def test_detect_anomaly_turns_a_nan_backward_into_an_alarm():
+    outcome = run("detect_anomaly", "buggy", fault=NAN_BACKWARD_AT_STEP_2)
+    assert rules(outcome) == [("autograd_anomaly", 2)]
+    assert "returned nan" in outcome.alarms[0]["message"].lower()
+
+
+def test_detect_anomaly_is_quiet_on_a_clean_run():
+    assert run("detect_anomaly", "fixed", fault=NAN_BACKWARD_AT_STEP_2).alarms == []
+
+
+TWO_RANKS = """
+import argparse, json, os, socket, time
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+
+def rank_main(rank, port, variant, steps):
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    replicated, sharded = torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.full((4,), float(rank)))
+    optimizer = torch.optim.SGD([replicated, sharded], lr=0.1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        for step in range(steps):
+            optimizer.zero_grad()
+            loss = (replicated * 2).sum() + (sharded * 3).sum()
+            loss.backward()
+            if variant == "buggy" and rank == 1 and step >= 3:
+                replicated.grad.mul_(2)  # the replica on rank 1 drifts from step 3
+            optimizer.step()
+        if rank == 0:
+            with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
+                f.write(json.dumps({"event": "oracle", "manifested": variant == "buggy", "trigger_step": 3}) + "\\n")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(rank_main, args=(port, args.variant, args.steps), nprocs=2)
+"""
+
+
+@pytest.mark.parametrize("variant, expected", [
+    ("buggy", [("replicas_diverged", step) for step in range(3, 6) for _ in range(2)]),
+    ("fixed", []),
+])
+def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
+    version = ReproducerVersionFactory(files={"repro.py": TWO_RANKS}, time_limit_seconds=120, memory_mb=4096)
+    outcome = execute(RunFactory(reproducer_version=version, detector=detector_record("cross_rank_consistency"),
+                                 variant=variant, steps=6))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    assert sorted(rules(outcome)) == sorted(expected)
+    assert all(alarm["evidence"]["param_indices"] == [0] for alarm in outcome.alarms)

@@ -119,5 +119,6 @@ def start_probe():
         return None
     config = json.loads(os.environ.get("SILENTBENCH_DETECTOR_CONFIG") or "{}")
     probe = Probe(plugin.name, plugin.config(config), os.environ.get("SILENTBENCH_REPORT"))
+    probe.on_optimizer_step()  # count steps even for detectors that never look at the optimizer
     plugin.install(probe)
     return probe

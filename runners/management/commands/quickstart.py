@@ -22,11 +22,12 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
         parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
+        parser.add_argument("--detectors", type=csv, help="comma-separated detector names (default: all)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
         parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1,
                             help="runs at a time (default: one per core)")
 
-    def handle(self, *args, port, seeds, bugs, no_serve, concurrency, **options):
+    def handle(self, *args, port, seeds, bugs, detectors, no_serve, concurrency, **options):
         if not no_serve:
             self.check_port_free(port)
         call_command("migrate", interactive=False, verbosity=0)
@@ -42,7 +43,7 @@ class Command(BaseCommand):
                                        stderr=subprocess.STDOUT)
                 self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live campaign progress under /campaigns/)")
             campaign = create_campaign_from_options({
-                "name": "quickstart", "bugs": bugs, "detectors": None, "variants": ["buggy", "fixed"],
+                "name": "quickstart", "bugs": bugs, "detectors": detectors, "variants": ["buggy", "fixed"],
                 "seeds": [int(s) for s in seeds.split(",")], "steps": None,
             })
             self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
