@@ -13,7 +13,8 @@ def test_quickstart_runs_a_campaign_end_to_end_without_servers(tmp_path):
     env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env["SILENTBENCH_VAR_DIR"] = str(tmp_path)
     result = subprocess.run(
-        [sys.executable, "manage.py", "quickstart", "--no-serve", "--bugs", "PT-FORUM-84911"],
+        [sys.executable, "manage.py", "quickstart", "--no-serve", "--bugs", "PT-FORUM-84911",
+         "--detectors", "plain,nan_inf,param_not_updated"],
         cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "silentbench.sqlite3").exists()
