@@ -36,16 +36,18 @@ class Command(BaseCommand):
     help = "Time each CPU reproducer alone, then the queued-to-started latency and wall time through a worker."
 
     def add_arguments(self, parser):
-        parser.add_argument("--repeat", type=int, default=3)
+        parser.add_argument("--repeat", type=int, default=3, help="runs alone per reproducer and variant")
+        parser.add_argument("--through", type=int, default=1,
+                            help="runs through the worker per reproducer and variant, one at a time")
         parser.add_argument("--bugs", help="comma-separated bug IDs (default: all runnable)")
 
-    def handle(self, *args, repeat, bugs, **options):
+    def handle(self, *args, repeat, through, bugs, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
         versions = runnable_versions(bugs.split(",") if bugs else None)
         broker = settings.CELERY_BROKER_URL.split("://")[0]
         database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-        self.stdout.write(f"broker={broker} database={database} repeat={repeat}")
+        self.stdout.write(f"broker={broker} database={database} alone x{repeat}, through the worker x{through}")
 
         alone = {}
         for version in versions:
@@ -58,25 +60,25 @@ class Command(BaseCommand):
         try:
             plain = detector_record("plain")
             time.sleep(3)  # let the worker connect before the first measurement
-            through, dispatch = {}, []
+            pipeline, dispatch = {}, []
             for version in versions:
                 for variant in ("buggy", "fixed"):
                     walls = []
-                    for seed in range(repeat):  # one run at a time: queueing behind others is not dispatch
+                    for seed in range(through):  # one run at a time: queueing behind others is not dispatch
                         campaign = do_create_campaign(None, "bench", [version], [plain], [variant], [seed])
                         wait_for_campaign(campaign, lambda line: None, timeout=600, interval=0.05)
                         run = campaign.runs.get()
                         dispatch.append((run.started_at - run.queued_at).total_seconds())
                         walls.append((run.finished_at - run.queued_at).total_seconds())
-                    through[(str(version.reproducer), variant)] = statistics.median(walls)
+                    pipeline[(str(version.reproducer), variant)] = statistics.median(walls)
         finally:
             stop_process(worker)
 
-        self.stdout.write(f"\n{'reproducer':<28}{'variant':<8}{'alone (s)':>11}{'queued->done (s)':>18}{'ratio':>8}")
+        self.stdout.write(f"\n{'reproducer':<36}{'variant':<8}{'alone (s)':>11}{'queued->done (s)':>18}{'ratio':>8}")
         for key, seconds in alone.items():
-            self.stdout.write(f"{key[0]:<28}{key[1]:<8}{seconds:>11.2f}{through[key]:>18.2f}"
-                              f"{through[key] / seconds:>8.2f}")
-        ratios = [through[key] / alone[key] for key in alone]
+            self.stdout.write(f"{key[0]:<36}{key[1]:<8}{seconds:>11.2f}{pipeline[key]:>18.2f}"
+                              f"{pipeline[key] / seconds:>8.2f}")
+        ratios = [pipeline[key] / alone[key] for key in alone]
         self.stdout.write(f"\nmedian queued->started: {statistics.median(dispatch) * 1000:.0f} ms "
                           f"(min {min(dispatch) * 1000:.0f}, max {max(dispatch) * 1000:.0f}, n={len(dispatch)})")
         self.stdout.write(f"median pipeline/alone wall ratio: {statistics.median(ratios):.2f}")
