@@ -134,3 +134,12 @@ def test_false_positive_table_has_wilson_interval(client, results):
 
 def test_unknown_export_is_404(client):
     assert client.get("/results/detection.xlsx").status_code == 404
+
+
+def test_pipeline_pages_and_a_pipeline_run(client):
+    pipeline = ReproducerFactory(bug=None, name="mlp-adam", strategy="faithful")
+    run = RunFactory(reproducer_version=ReproducerVersionFactory(reproducer=pipeline), variant="fixed",
+                     status="succeeded")
+    assert "mlp-adam" in client.get("/pipelines/").content.decode()
+    assert "repro.py" in client.get("/pipelines/mlp-adam/").content.decode()
+    assert 'href="/pipelines/mlp-adam/"' in client.get(run.get_absolute_url()).content.decode()
