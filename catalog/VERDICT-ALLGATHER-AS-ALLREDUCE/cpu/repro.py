@@ -24,7 +24,7 @@ Oracle
     batches. After every step the shards of all ranks are gathered on rank 0 and compared with
     the single-device parameters: *manifested* means that the relative L2 distance between the
     parallel and the single-device parameters exceeds 1e-3 at some step (the fixed plan stays
-    near 1e-7, float32 rounding only).
+    below 1e-7, float32 rounding only).
 
 Trigger step
     0: the wrong collective runs in the first forward pass.

@@ -25,7 +25,7 @@ Oracle
     batches. After every step the parameters of the parallel model (shards of all ranks,
     replicated params of rank 0) are compared on rank 0 with the single-device parameters:
     *manifested* means that their relative L2 distance exceeds 1e-3 at some step (the fixed
-    plan stays near 1e-7, float32 rounding only). The cross-rank drift of the replicated
+    plan stays below 1e-7, float32 rounding only). The cross-rank drift of the replicated
     params is reported as evidence.
 
 Trigger step

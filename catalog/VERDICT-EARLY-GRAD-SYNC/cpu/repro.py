@@ -27,7 +27,7 @@ Oracle
     with the same initial weights and optimizer, and trains it in lockstep on the whole global
     batch of each step. After every step the replica of rank 0 is compared with it:
     *manifested* means that their relative L2 distance exceeds 1e-3 at some step (the fixed
-    plan stays near 1e-7, float32 rounding only). The cross-rank drift of the replicas is
+    plan stays below 1e-7, float32 rounding only). The cross-rank drift of the replicas is
     reported as evidence.
 
 Trigger step

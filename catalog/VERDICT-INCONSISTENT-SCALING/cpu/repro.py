@@ -24,7 +24,7 @@ Oracle
     with the same initial weights and optimizer, and trains it in lockstep on the whole batch
     with the mean loss. After every step the replica of rank 0 is compared with it:
     *manifested* means that their relative L2 distance exceeds 1e-3 at some step (the fixed
-    plan stays near 1e-7, float32 rounding only).
+    plan stays below 1e-7, float32 rounding only).
 
 Trigger step
     0: the inconsistent divisor is applied in the first step.

@@ -25,7 +25,7 @@ Oracle
     with the same initial weights and optimizer, and trains it in lockstep on the whole
     global batch. After every step rank 0 gathers the stage parameters of replica 0 and
     compares them with the single-device parameters: *manifested* means that their relative
-    L2 distance exceeds 1e-3 at some step (the fixed plan stays near 1e-7, float32 rounding
+    L2 distance exceeds 1e-3 at some step (the fixed plan stays below 1e-7, float32 rounding
     only).
 
 Trigger step

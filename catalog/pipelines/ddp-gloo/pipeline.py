@@ -10,11 +10,18 @@ What it trains
     every epoch) gives each rank its own disjoint shard, read in batches of 32. DDP averages
     the gradients over the ranks during ``backward()``, so both replicas take the same step.
 
-    The optimizer is built before the process group and every rank ends with
-    ``dist.barrier()`` and then ``dist.destroy_process_group()`` in a ``finally`` block, and each
-    rank uses one intra-op thread: built after the group, the optimizer's import of
-    torch._dynamo can keep the group alive past ``destroy_process_group()`` and make a clean
-    run abort at interpreter exit.
+Teardown
+    Each rank uses one intra-op thread, builds its optimizer before the process group (built
+    after it, the optimizer's import of torch._dynamo can keep the group alive past
+    ``destroy_process_group()`` and make a clean run abort at interpreter exit), and ends with
+    ``dist.barrier()``, then, in a ``finally`` block, drops the DDP wrapper, runs the garbage
+    collector and calls ``dist.destroy_process_group()``. The order matters: DDP's C++ Reducer
+    holds a reference to the process group. If the Reducer is the last holder (DDP freed after
+    ``destroy_process_group()``), the gloo group's destructor runs while the main thread holds
+    the GIL and joins gloo's worker threads; a worker still finishing a collective on a
+    Python-visible tensor needs the GIL to release it, and the rank hangs for ever (seen once
+    in nine runs on a loaded machine). Freed first, the Reducer only drops a reference, and the
+    group is destroyed inside ``destroy_process_group()``, which releases the GIL while joining.
 
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
@@ -30,6 +37,7 @@ Oracle
     more than 1e-6. It is false on every seed. There is no fault, so the trigger step is null.
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -164,6 +172,7 @@ def worker(rank, world, port, variant, seed, steps):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    ddp_model = None
     try:
         ddp_model = DDP(model)
         sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
@@ -210,6 +219,11 @@ def worker(rank, world, port, variant, seed, steps):
                     "summary": summary, "evidence": evidence})
         dist.barrier()  # nobody tears the group down while another rank still uses it
     finally:
+        # Free DDP (and its Reducer, which references the process group) while the group is still
+        # registered, so that the group itself is destroyed by destroy_process_group() with the
+        # GIL released (see "Teardown" in the module docstring).
+        ddp_model = None
+        gc.collect()
         dist.destroy_process_group()
 
 
