@@ -21,10 +21,12 @@ class Command(BaseCommand):
         parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every CPU reproducer)")
         parser.add_argument("--seeds", type=int, default=3, help="k, the number of seeds (0..k-1)")
         parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
+        parser.add_argument("--concurrency", type=int, default=1,
+                            help="runs at a time on the local worker (the verdict does not depend on it)")
         parser.add_argument("--no-worker", action="store_true",
                             help="do not start a local worker: rely on workers already consuming the queue")
 
-    def handle(self, *args, bugs, seeds, steps, no_worker, **options):
+    def handle(self, *args, bugs, seeds, steps, concurrency, no_worker, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
         versions = runnable_versions(bugs)
@@ -38,7 +40,7 @@ class Command(BaseCommand):
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(exist_ok=True)
         if not no_worker:
-            worker = start_worker(logs / "verify-worker.log", name="verify")
+            worker = start_worker(logs / "verify-worker.log", name="verify", concurrency=concurrency)
         try:
             def watchdog():
                 if worker is not None and worker.poll() is not None:
