@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -35,6 +36,23 @@ def start_worker(log_path, queues="cpu", name="local", concurrency=1):
     log = open(log_path, "ab")
     return subprocess.Popen(worker_command(queues, name, concurrency), cwd=settings.BASE_DIR, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@contextmanager
+def local_worker(log_path, **options):
+    """A worker for the length of a command. SIGTERM to the command stops the worker too: it runs
+    in its own session (so that Ctrl-C reaches only the command) and would otherwise outlive it."""
+    process = start_worker(log_path, **options)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        yield process
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop_process(process)
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def stop_process(process, timeout=20):

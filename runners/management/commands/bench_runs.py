@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from runners.execution import materialize
-from runners.local_worker import start_worker, stop_process
+from runners.local_worker import local_worker
 from runners.progress import wait_for_campaign
 from runners.services import detector_record, do_create_campaign, runnable_versions
 
@@ -56,8 +56,7 @@ class Command(BaseCommand):
                 alone[(str(version.reproducer), variant)] = statistics.median(times)
 
         (settings.VAR_DIR / "logs").mkdir(exist_ok=True)
-        worker = start_worker(settings.VAR_DIR / "logs" / "bench-worker.log", name="bench")
-        try:
+        with local_worker(settings.VAR_DIR / "logs" / "bench-worker.log", name="bench"):
             plain = detector_record("plain")
             time.sleep(3)  # let the worker connect before the first measurement
             pipeline, dispatch = {}, []
@@ -71,8 +70,6 @@ class Command(BaseCommand):
                         dispatch.append((run.started_at - run.queued_at).total_seconds())
                         walls.append((run.finished_at - run.queued_at).total_seconds())
                     pipeline[(str(version.reproducer), variant)] = statistics.median(walls)
-        finally:
-            stop_process(worker)
 
         self.stdout.write(f"\n{'reproducer':<36}{'variant':<8}{'alone (s)':>11}{'queued->done (s)':>18}{'ratio':>8}")
         for key, seconds in alone.items():

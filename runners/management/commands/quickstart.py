@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from evaluation.tables import detection_table
-from runners.local_worker import log_tail, start_worker, stop_process
+from runners.local_worker import local_worker, log_tail, stop_process
 from runners.progress import line_writer, wait_for_campaign
 
 from .run_campaign import create_campaign_from_options, csv
@@ -34,32 +34,32 @@ class Command(BaseCommand):
         call_command("load_catalog")
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(exist_ok=True)
-        worker = start_worker(logs / "worker.log", concurrency=concurrency)
         web = None
         try:
-            if not no_serve:
-                web = subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-                                       cwd=settings.BASE_DIR, stdout=open(logs / "web.log", "ab"),
-                                       stderr=subprocess.STDOUT)
-                self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live campaign progress under /campaigns/)")
-            campaign = create_campaign_from_options({
-                "name": "quickstart", "bugs": bugs, "detectors": detectors, "variants": ["buggy", "fixed"],
-                "seeds": [int(s) for s in seeds.split(",")], "steps": None,
-            })
-            self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
-            progress = wait_for_campaign(campaign, line_writer(sys.stdout),
-                                         watchdog=lambda: self.check_alive(worker, logs))
-            self.report(campaign, progress)
-            if web is not None:
-                self.stdout.write(self.style.SUCCESS(
-                    f"Serving http://127.0.0.1:{port}/ — results at http://127.0.0.1:{port}/results/. Ctrl-C stops."))
-                web.wait()
+            with local_worker(logs / "worker.log", concurrency=concurrency) as worker:
+                if not no_serve:
+                    web = subprocess.Popen(
+                        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+                        cwd=settings.BASE_DIR, stdout=open(logs / "web.log", "ab"), stderr=subprocess.STDOUT,
+                        start_new_session=True)
+                    self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live progress under /campaigns/)")
+                campaign = create_campaign_from_options({
+                    "name": "quickstart", "bugs": bugs, "detectors": detectors, "variants": ["buggy", "fixed"],
+                    "seeds": [int(s) for s in seeds.split(",")], "steps": None,
+                })
+                self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
+                progress = wait_for_campaign(campaign, line_writer(sys.stdout),
+                                             watchdog=lambda: self.check_alive(worker, logs))
+                self.report(campaign, progress)
+                if web is not None:
+                    self.stdout.write(self.style.SUCCESS(
+                        f"Serving http://127.0.0.1:{port}/ — results at /results/. Ctrl-C stops."))
+                    web.wait()
         except KeyboardInterrupt:
             self.stdout.write("Stopping.")
         finally:
-            for process in (web, worker):
-                if process is not None:
-                    stop_process(process)
+            if web is not None:
+                stop_process(web)
 
     def check_port_free(self, port):
         with socket.socket() as probe:
