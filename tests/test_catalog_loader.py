@@ -115,3 +115,13 @@ def test_the_shipped_catalog_loads(settings, tmp_path):
     assert len(summary.bugs_created) >= 26
     assert {"SO-60335387", "PT-FORUM-84911", "DS-1801"} <= set(
         ReproducerVersion.objects.values_list("reproducer__bug__bug_id", flat=True))
+    bug_reproducers = Reproducer.objects.filter(bug__isnull=False)
+    assert bug_reproducers.count() >= 24 and bug_reproducers.filter(needs_cuda=False).count() >= 20
+    pipelines = set(Reproducer.objects.filter(bug__isnull=True).values_list("name", flat=True))
+    assert {"mlp-adam", "cnn-sgd-momentum", "lstm-lm", "transformer-adamw", "autocast-bf16", "ddp-gloo"} <= pipelines
+    for reproducer in Reproducer.objects.all():  # the protocol's promises that a file can break
+        version = reproducer.latest_version()
+        source = version.files[version.entrypoint]
+        assert "--variant" in source and "--seed" in source and "--steps" in source, reproducer
+        assert '"oracle"' in source and "SILENTBENCH_REPORT" in source, reproducer
+        assert reproducer.strategy_note, reproducer
