@@ -124,7 +124,7 @@ def current_environment():
 def do_claim_run(run_id, worker):
     """Move a queued run to running for this worker; None if it is not (or no longer) queued."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related(
+        run = Run.objects.select_for_update(of=("self",)).select_related(
             "reproducer_version__reproducer__bug", "detector").filter(pk=run_id).first()
         if run is None or run.status != RunStatus.QUEUED:
             return None

@@ -94,26 +94,20 @@ def training_failed(losses):
     """(failed, evidence): a non-finite loss, or no decrease from the first to the last quarter."""
     nonfinite = [i for i, value in enumerate(losses) if not math.isfinite(value)]
     quarter = max(1, len(losses) // 4)
-    first = sum(losses[:quarter]) / quarter
-    last = sum(losses[-quarter:]) / quarter
-    no_decrease = len(losses) >= 4 and not (last < first)
+    first = sum(losses[:quarter]) / quarter if losses else float("nan")
+    last = sum(losses[-quarter:]) / quarter if losses else float("nan")
+    trend_judged = len(losses) >= 4  # fewer steps: only a non-finite loss counts as a failure
+    no_decrease = trend_judged and not (last < first)
     evidence = {"first_quarter_mean_loss": first, "last_quarter_mean_loss": last,
-                "quarter_len": quarter, "nonfinite_steps": nonfinite[:20],
+                "quarter_len": quarter, "trend_judged": trend_judged, "nonfinite_steps": nonfinite[:20],
                 "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}
     return bool(nonfinite) or no_decrease, evidence
 
 
-def training_failed(losses):
-    """(failed, evidence): a non-finite loss, or no decrease from the first to the last quarter."""
-    nonfinite = [i for i, value in enumerate(losses) if not math.isfinite(value)]
-    quarter = max(1, len(losses) // 4)
-    first = sum(losses[:quarter]) / quarter
-    last = sum(losses[-quarter:]) / quarter
-    no_decrease = len(losses) >= 4 and not (last < first)
-    evidence = {"first_quarter_mean_loss": first, "last_quarter_mean_loss": last,
-                "quarter_len": quarter, "nonfinite_steps": nonfinite[:20],
-                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}
-    return bool(nonfinite) or no_decrease, evidence
+def verdict(manifested, evidence):
+    if manifested:
+        return "failed"
+    return "progressed" if evidence["trend_judged"] else "too short to judge"
 
 
 def make_dataset(gen):
@@ -213,7 +207,7 @@ def worker(rank, world, port, variant, seed, steps):
                              "shard_size": len(sampler), "loss_is_mean_over_ranks": True})
             summary = ("training %s: mean loss over ranks %.4f in the first quarter, %.4f in the last; "
                        "replicas differ by %.3g"
-                       % ("failed" if manifested else "progressed", evidence["first_quarter_mean_loss"],
+                       % (verdict(manifested, evidence), evidence["first_quarter_mean_loss"],
                           evidence["last_quarter_mean_loss"], replica_diff))
             report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,
                     "summary": summary, "evidence": evidence})
