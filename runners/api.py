@@ -1,5 +1,6 @@
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Count
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
@@ -45,7 +46,7 @@ class RunSerializer(serializers.ModelSerializer):
     reproducer = serializers.CharField(source="reproducer_version.reproducer.name", read_only=True)
     content_hash = serializers.CharField(source="reproducer_version.content_hash", read_only=True)
     detector = DetectorSerializer(read_only=True)
-    alarm_count = serializers.IntegerField(source="alarms.count", read_only=True)
+    alarm_count = serializers.IntegerField(read_only=True)
 
     class Meta:
         model = Run
@@ -58,7 +59,8 @@ class RunSerializer(serializers.ModelSerializer):
 
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = RunSerializer
-    queryset = Run.objects.select_related("reproducer_version__reproducer__bug", "detector").order_by("-id")
+    queryset = (Run.objects.select_related("reproducer_version__reproducer__bug", "detector")
+                .annotate(alarm_count=Count("alarms")).order_by("-id"))
     filterset_fields = {
         "campaign": ["exact"], "status": ["exact"], "variant": ["exact"], "seed": ["exact"],
         "detector__name": ["exact"], "reproducer_version__reproducer__bug__bug_id": ["exact"],

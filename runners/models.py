@@ -148,10 +148,6 @@ class Run(models.Model):
     def get_absolute_url(self):
         return reverse("runners:run", args=[self.pk])
 
-    @property
-    def is_finished(self):
-        return self.status in FINISHED_STATUSES
-
 
 class Alarm(models.Model):
     """A detector's report that something is wrong at a step of a run."""

@@ -83,3 +83,15 @@ def test_schema_and_docs_are_served():
     assert schema.status_code == 200
     assert b"/api/campaigns/" in schema.content
     assert client_for().get("/api/docs/").status_code == 200
+
+
+def test_runs_list_counts_alarms_in_one_query(django_assert_max_num_queries):
+    from runners.models import Alarm
+
+    from .factories import RunFactory
+
+    for _ in range(5):
+        Alarm.objects.create(run=RunFactory(), step=1, rule="r", message="m")
+    with django_assert_max_num_queries(3):  # count, page, nothing per run
+        runs = client_for().get("/api/runs/").json()["results"]
+    assert [run["alarm_count"] for run in runs] == [1] * 5

@@ -79,3 +79,20 @@ def test_verification_command_through_the_pipeline(capsys):
         "PT-FORUM-84911": "verified", "PT-5801": "verified"}
     checks = StabilityCheck.objects.all()
     assert sorted((c.buggy_manifested, c.fixed_manifested, c.seeds) for c in checks) == [(2, 0, 2), (2, 0, 2)]
+
+
+def test_only_a_maintainer_approves_an_exact_version_and_a_rejection_needs_a_reason():
+    from bugs.services import do_review_version
+
+    from .factories import MaintainerFactory
+
+    version = ReproducerVersionFactory(review_state="pending", reproducer=ReproducerFactory(
+        bug=BugFactory(status=BugStatus.SUBMITTED)))
+    with pytest.raises(Exception, match="maintainers"):
+        do_review_version(version, UserFactory(), approve=True)
+    with pytest.raises(ValidationError):
+        do_review_version(version, MaintainerFactory(), approve=False, note=" ")
+    maintainer = MaintainerFactory()
+    approved = do_review_version(version, maintainer, approve=True, note="read it")
+    assert approved.is_approved and approved.reviewed_by == maintainer
+    assert Bug.objects.get(pk=version.reproducer.bug_id).status == BugStatus.APPROVED
