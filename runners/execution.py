@@ -4,12 +4,14 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 
 from .detectors import get_plugin
+from .detectors.base import RunContext
 from .report import parse_report
 from .sandbox import Limits, run_sandboxed
 
@@ -34,6 +36,8 @@ class RunOutcome:
     steps: list = field(default_factory=list)
     alarms: list = field(default_factory=list)
     protocol_errors: list = field(default_factory=list)
+    analysis_seconds: float | None = None
+    detector_summary: dict = field(default_factory=dict)
 
 
 def materialize(files, workdir):
@@ -75,26 +79,41 @@ def run_limits(version):
 
 
 def execute(run):
-    """Run ``run`` to completion in a fresh directory; always returns an outcome, never a half state."""
+    """Run ``run`` to completion in a fresh directory; always returns an outcome, never a half state.
+
+    A detector that works from outside (TrainCheck) wraps the command and checks the run's trace
+    afterwards, while the directory still exists; its offline time is measured apart.
+    """
     version = run.reproducer_version
     plugin = get_plugin(run.detector.name)
-    limits = run_limits(version)
+    base_limits = run_limits(version)
+    limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor)
     settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
+    analysis_error, analysis_seconds, offline_alarms = "", None, []
     try:
         (workdir / "tmp").mkdir()
         report_path = workdir / ".silentbench-report.jsonl"
         materialize(version.files, workdir)
         env = scrubbed_environment(workdir, report_path, plugin.name, run.detector.config, plugin.instruments)
+        env.update(plugin.environment(run.detector.config))
+        context = RunContext(workdir=workdir, entrypoint=version.entrypoint, config=run.detector.config, env=env,
+                             limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None)
         argv = [sys.executable, version.entrypoint, "--variant", run.variant,
                 "--seed", str(run.seed), "--steps", str(run.steps)]
-        result = run_sandboxed(argv, workdir, env, limits)
-        report_text = _read_capped(report_path, settings.SILENTBENCH_REPORT_CAP_BYTES)
+        result = run_sandboxed(plugin.command(argv, context), workdir, env, limits)
+        report = parse_report(_read_capped(report_path, settings.SILENTBENCH_REPORT_CAP_BYTES))
+        if not result.failure_reason(limits):
+            started = time.monotonic()
+            try:
+                offline_alarms = plugin.analyze(context, report)
+            except RuntimeError as error:
+                analysis_error = f"The detector's offline check failed: {error}"
+            analysis_seconds = time.monotonic() - started
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    report = parse_report(report_text)
-    reason = result.failure_reason(limits)
+    reason = result.failure_reason(limits) or analysis_error
     if not reason and report.oracle is None:
         reason = ("No oracle report: the reproducer exited normally but wrote no 'oracle' record "
                   "(see docs/reproducer-protocol.md).")
@@ -110,8 +129,10 @@ def execute(run):
         trigger_step=report.trigger_step,
         trigger_time=report.trigger_time(),
         steps=report.steps,
-        alarms=report.alarms,
+        alarms=report.alarms + offline_alarms,
         protocol_errors=report.errors,
+        analysis_seconds=analysis_seconds,
+        detector_summary=context.summary,
     )
 
 

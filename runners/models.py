@@ -100,6 +100,29 @@ class RunStatus(models.TextChoices):
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+class FitArtifact(models.Model):
+    """What a detector learned from clean reference pipelines (TrainCheck's invariants): cached, versioned.
+
+    ``key`` hashes everything the result depends on: the detector, its version and config, the tool's
+    version and the exact reference program versions, so a change to any of them fits anew.
+    """
+
+    detector = models.ForeignKey(Detector, on_delete=models.PROTECT, related_name="fit_artifacts")
+    key = models.CharField(max_length=64, unique=True)
+    tool_version = models.CharField(max_length=64, blank=True)
+    reference_versions = models.ManyToManyField(ReproducerVersion, related_name="fit_artifacts")
+    content = models.TextField(help_text="The artifact itself, e.g. TrainCheck's invariants file (JSON lines).")
+    summary = models.JSONField(default=dict, blank=True)
+    fit_seconds = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.detector} fit {self.key[:12]}"
+
+
 class Run(models.Model):
     """One execution of (reproducer version, variant, seed, detector + config)."""
 
@@ -134,6 +157,11 @@ class Run(models.Model):
     trigger_time = models.FloatField(null=True, blank=True, help_text="Unix time at which the trigger step began.")
     step_records = models.JSONField(default=list, blank=True, help_text="[{step, rank, loss, time, metrics}]")
     protocol_errors = models.JSONField(default=list, blank=True)
+
+    fit_artifact = models.ForeignKey(FitArtifact, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    analysis_seconds = models.FloatField(null=True, blank=True, help_text="Offline checking after the run.")
+    detector_summary = models.JSONField(default=dict, blank=True,
+                                        help_text="The detector's summary of the whole run.")
 
     class Meta:
         ordering = ["-queued_at", "-id"]

@@ -10,6 +10,7 @@ class ParsedReport:
     steps: list = field(default_factory=list)
     oracle: dict | None = None
     alarms: list = field(default_factory=list)
+    comparisons: list = field(default_factory=list)
     errors: list = field(default_factory=list)
 
     @property
@@ -30,6 +31,8 @@ class ParsedReport:
 
 
 MAX_ERRORS = 20
+MAX_COMPARISONS = 10_000
+MAX_COMPARED_VALUES = 64
 
 
 def _number(value):
@@ -41,6 +44,30 @@ def _number(value):
 def _json_float(value):
     """JSON has no NaN/Inf: keep them as strings so they survive the database."""
     return value if value is None or math.isfinite(value) else str(value)
+
+
+def _values(value):
+    """A number or a short list of numbers as a list of floats (NaN/Inf kept), else None."""
+    values = value if isinstance(value, list) else [value]
+    if not values or len(values) > MAX_COMPARED_VALUES:
+        return None
+    # reproducers write non-finite numbers as null (JSON has none): a compared null is NaN
+    numbers = [math.nan if v is None else float(v) if v in ("NaN", "Infinity", "-Infinity") else _number(v)
+               for v in values]
+    return None if any(n is None for n in numbers) else numbers
+
+
+def _comparison(record):
+    """A differential 'compare' record, or the reason it is malformed."""
+    step, quantity = record.get("step"), record.get("quantity")
+    if not isinstance(step, int) or not isinstance(quantity, str):
+        return "compare record needs an integer 'step' and a string 'quantity'"
+    value, reference = _values(record.get("value")), _values(record.get("reference"))
+    if value is None or reference is None or len(value) != len(reference):
+        return (f"compare record needs 'value' and 'reference' as numbers or equal-length lists of at most "
+                f"{MAX_COMPARED_VALUES} numbers")
+    return {"step": step, "rank": record.get("rank", 0) if isinstance(record.get("rank"), int) else 0,
+            "quantity": quantity[:100], "value": value, "reference": reference, "time": _number(record.get("time"))}
 
 
 def parse_report(text):
@@ -105,6 +132,13 @@ def parse_report(text):
                 "evidence": record.get("evidence") if isinstance(record.get("evidence"), dict) else {},
                 "time": _number(record.get("time")),
             })
+        elif event == "compare":
+            comparison = _comparison(record)
+            if isinstance(comparison, str):
+                error(f"line {number}: {comparison}")
+                continue
+            if len(report.comparisons) < MAX_COMPARISONS:
+                report.comparisons.append(comparison)
         else:
             error(f"line {number}: unknown event {event!r}")
     report.steps.sort(key=lambda r: (r["step"], r["rank"]))

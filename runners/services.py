@@ -167,6 +167,8 @@ def do_finish_run(run, outcome):
         current.trigger_time = outcome.trigger_time
         current.step_records = outcome.steps
         current.protocol_errors = outcome.protocol_errors
+        current.analysis_seconds = outcome.analysis_seconds
+        current.detector_summary = outcome.detector_summary
         current.save()
         current.alarms.all().delete()
         Alarm.objects.bulk_create([Alarm(run=current, **alarm) for alarm in outcome.alarms])

@@ -4,7 +4,10 @@ import logging
 from celery import shared_task
 from celery.signals import worker_ready
 
+from .detectors import get_plugin
 from .execution import execute
+from .fitting import FitError, ensure_fit
+from .models import Run
 from .services import current_worker, do_claim_run, do_fail_run_without_executing, do_finish_run, do_requeue_stale_runs
 
 logger = logging.getLogger(__name__)
@@ -18,6 +21,13 @@ def execute_run(run_id):
         return
     if not run.reproducer_version.is_approved:  # checked again here: no path runs unapproved code
         do_fail_run_without_executing(run, "Refused: this reproducer version is not approved by a maintainer.")
+        return
+    try:
+        if get_plugin(run.detector.name).needs_fit:
+            run.fit_artifact = ensure_fit(run.detector, run.reproducer_version)
+            Run.objects.filter(pk=run.pk).update(fit_artifact=run.fit_artifact)
+    except FitError as error:
+        do_fail_run_without_executing(run, f"The detector's fit phase failed: {error}")
         return
     try:
         outcome = execute(run)

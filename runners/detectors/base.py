@@ -2,6 +2,8 @@
 import json
 import os
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 registered_plugins = {}
 
@@ -26,13 +28,31 @@ class DetectorPlugin:
     version = "0"
     description = ""
     default_config = {}
-    instruments = True  # False for the plain baseline: nothing is injected at all
+    instruments = True  # False when nothing is injected into the process (plain, or an outer command)
+    needs_fit = False  # True: ``fit`` must produce an artifact from clean reference pipelines first
+    time_limit_factor = 1  # how much longer than the reproducer's own limit an instrumented run may take
 
     def config(self, overrides=None):
         return {**self.default_config, **(overrides or {})}
 
     def install(self, probe):
         raise NotImplementedError
+
+    def tool_version(self):
+        """Version of the outside tool the detector drives, if any (part of a fit artifact's key)."""
+        return ""
+
+    def environment(self, config):
+        """Extra environment variables for the run (an opt-in switch, never a secret)."""
+        return {}
+
+    def command(self, argv, context):
+        """The command that runs the reproducer: an outer tool such as ``traincheck-collect`` wraps ``argv``."""
+        return argv
+
+    def analyze(self, context, report):
+        """Alarms found after the run (offline checking): a list of alarm dicts as in the report protocol."""
+        return []
 
 
 class Probe:
@@ -122,3 +142,20 @@ def start_probe():
     probe.on_optimizer_step()  # count steps even for detectors that never look at the optimizer
     plugin.install(probe)
     return probe
+
+
+@dataclass
+class RunContext:
+    """What a detector's outer command and offline analysis may use; built by the runner for one run.
+
+    ``fit_artifact`` is the text of the detector's fitted artifact (TrainCheck's invariants), when it
+    needs one. ``summary`` is filled by the detector and stored with the run (rules deployed, check time).
+    """
+
+    workdir: Path
+    entrypoint: str
+    config: dict
+    env: dict
+    limits: object
+    fit_artifact: str | None = None
+    summary: dict = field(default_factory=dict)

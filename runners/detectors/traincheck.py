@@ -1,0 +1,222 @@
+"""TrainCheck (OSDI'25), the real ``traincheck`` package, run as an outer command.
+
+fit: ``traincheck-collect`` runs each clean reference pipeline, ``traincheck-infer`` learns invariants
+from their traces; the runner caches the result as a versioned artifact (``runners.fitting``).
+check: ``traincheck-collect`` traces the reproducer (``selective``: only what the invariants need, or
+``full``), then ``traincheck-check`` checks the trace; each violated invariant becomes one alarm at
+the training step of its first violating trace record.
+
+Facts of traincheck 0.2.0 this module works around:
+- it runs a *rewritten copy* of the script (``_traincheck_<name>.py``) that has lost the module
+  docstring, from its output directory, with ``PYTHONPATH`` replaced by the script's directory;
+- script arguments only reach the program through a shell script (``--shscript``) that names the
+  Python file literally;
+- the ``sampler`` model tracker needs the model's variable name, and hooks the first line that
+  assigns an optimizer built from it; we find that name in the source;
+- ``traincheck-check`` exits 0 whether or not invariants fail: only ``failed.log`` tells;
+- its step counter is the training-loop iteration, 1-based (0 before the loop): our step is one less.
+It imports no Django: the registry also loads this module inside reproducer processes.
+"""
+import json
+import re
+import shlex
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from ..sandbox import run_sandboxed
+from .base import DetectorPlugin, register
+
+WORK_DIR = ".traincheck"
+MAX_ALARMS = 200
+OPTIMIZER_LINE = re.compile(r"^\s*\w+\s*=\s*[\w.]*\(\s*(\w+)(?:\.\w+)*\.parameters\(\)", re.MULTILINE)
+
+
+class TrainCheckError(RuntimeError):
+    """A TrainCheck phase did not complete; the message says which and why."""
+
+
+def tool_version():
+    try:
+        return metadata.version("traincheck")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def tool_path(name):
+    """A console script of the interpreter's environment (``traincheck-collect`` and friends)."""
+    return str(Path(sys.executable).parent / name)
+
+
+def models_to_track(source):
+    """Variable names of the models whose optimizer TrainCheck's sampler must hook.
+
+    The sampler needs a line ``<model> = ...`` and an optimizer line that mentions the model; we take
+    the model of the first ``opt = SomeOptimizer(<model>[.sub].parameters(), ...)`` line.
+    """
+    for match in OPTIMIZER_LINE.finditer(source):
+        model = match.group(1)
+        if re.search(rf"^\s*{re.escape(model)}\s*=", source, re.MULTILINE):
+            return [model]
+    return []
+
+
+def collect_command(workdir, entrypoint, script_args, output_dir, config, invariants_file=None):
+    """argv of ``traincheck-collect`` for ``entrypoint`` with ``script_args``; writes the shell script it needs."""
+    workdir = Path(workdir)
+    script = workdir / entrypoint
+    shell_script = workdir / f"{WORK_DIR}-run.sh"
+    shell_script.write_text(f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.join(script_args)}\n")
+    argv = [tool_path("traincheck-collect"), "--shscript", str(shell_script), "--pyscript", str(script),
+            "--output-dir", str(output_dir), "--model-tracker-style", config["model_tracker_style"]]
+    models = models_to_track(script.read_text(encoding="utf-8", errors="replace"))
+    if models:
+        argv += ["--models-to-track", *models]
+    if invariants_file is not None:
+        argv += ["--invariants", str(invariants_file)]
+    return argv
+
+
+def trace_folders(output_dir):
+    return sorted({str(path.parent) for path in Path(output_dir).rglob("trace_*.log")})
+
+
+def read_json_stream(text):
+    """The objects of a file of concatenated (pretty-printed) JSON values, as ``failed.log`` is."""
+    decoder, objects, index = json.JSONDecoder(), [], 0
+    while True:
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index >= len(text):
+            return objects
+        value, index = decoder.raw_decode(text, index)
+        objects.append(value)
+
+
+def violation_alarms(failed, step_times):
+    """One alarm per violated invariant, at the step of its earliest violating trace record.
+
+    ``step_times`` maps our step to the Unix time at which it ended (rank 0); TrainCheck's own
+    clock is monotonic, so the alarm takes the time of its step.
+    """
+    process_ids = sorted({record.get("process_id") for violation in failed for record in violation.get("trace", [])
+                          if isinstance(record.get("process_id"), int)})
+    alarms = []
+    for violation in failed:
+        invariant = violation.get("invariant", {})
+        records = [r for r in violation.get("trace", []) if isinstance(r.get("meta_vars.step"), (int, float))]
+        first = min(records, key=lambda r: (r["meta_vars.step"], r.get("time") or 0), default={})
+        traincheck_step = int(first.get("meta_vars.step", 0))
+        step = max(traincheck_step - 1, 0)
+        process_id = first.get("process_id")
+        description = str(invariant.get("text_description", ""))
+        alarms.append({
+            "step": step,
+            # TrainCheck records process IDs, not ranks: ranks are spawned in order, so PIDs sort like ranks
+            "rank": process_ids.index(process_id) if process_id in process_ids else 0,
+            "rule": f"{invariant.get('relation', 'Invariant')}: {description}"[:200],
+            "message": f"TrainCheck invariant violated: {description}"[:2000],
+            "evidence": {"relation": invariant.get("relation"), "traincheck_step": traincheck_step,
+                         "process_id": process_id, "stage": first.get("meta_vars.stage"),
+                         "num_positive_examples": invariant.get("num_positive_examples")},
+            "time": step_times.get(step),
+        })
+    alarms.sort(key=lambda alarm: alarm["step"])
+    return alarms[:MAX_ALARMS]
+
+
+def _run_tool(argv, workdir, env, limits, phase):
+    result = run_sandboxed(argv, workdir, env, limits)
+    reason = result.failure_reason(limits)
+    if reason:
+        tail = (result.stderr or result.stdout)[-1500:]
+        raise TrainCheckError(f"traincheck {phase} failed: {reason}\n{tail}")
+    return result
+
+
+@register
+class TrainCheck(DetectorPlugin):
+    name = "traincheck"
+    version = "1"
+    description = ("TrainCheck (traincheck 0.2.0): invariants inferred from clean reference pipelines, checked on a "
+                   "selective trace of the run. One alarm per violated invariant.")
+    default_config = {
+        "collection": "selective",  # "selective": trace only what the invariants need; "full": trace everything
+        "model_tracker_style": "sampler",  # fit and check must use the same style
+        "fit_pipelines": None,  # pipeline names; None: the reproducer's reference_pipelines, else every pipeline
+        "fit_seed": 0,
+    }
+    instruments = False  # nothing is injected: traincheck-collect rewrites and runs the program itself
+    needs_fit = True
+    time_limit_factor = 8  # tracing every torch API call makes a run several times slower
+
+    def tool_version(self):
+        return tool_version() or ""
+
+    def command(self, argv, context):
+        base = context.workdir / WORK_DIR
+        base.mkdir(exist_ok=True)
+        invariants = base / "invariants.json"
+        invariants.write_text(context.fit_artifact)
+        selective = self.config(context.config)["collection"] == "selective"
+        return collect_command(context.workdir, context.entrypoint, argv[2:], base / "collect",
+                               self.config(context.config), invariants if selective else None)
+
+    def analyze(self, context, report):
+        base = context.workdir / WORK_DIR
+        invariants = base / "invariants.json"
+        folders = trace_folders(base / "collect")
+        deployed = sum(1 for line in context.fit_artifact.splitlines() if line.strip())
+        context.summary.update({"rules_deployed": deployed, "trace_folders": len(folders)})
+        if not folders:
+            raise TrainCheckError("traincheck collect left no trace to check")
+        started = time.monotonic()
+        _run_tool([tool_path("traincheck-check"), "--trace-folders", *folders, "--invariants", str(invariants),
+                   "--output-dir", str(base / "check"), "--no-html-report"],
+                  context.workdir, context.env, context.limits, "check")
+        context.summary["check_seconds"] = round(time.monotonic() - started, 3)
+        failed = []
+        for log in sorted((base / "check").rglob("failed.log")):
+            failed += read_json_stream(log.read_text(encoding="utf-8", errors="replace"))
+        context.summary["rules_failed"] = len({json.dumps(v.get("invariant"), sort_keys=True) for v in failed})
+        step_times = {s["step"]: s["time"] for s in report.steps if s["rank"] == 0}
+        return violation_alarms(failed, step_times)
+
+    def fit(self, programs, workdir, env, limits, config):
+        """Collect a trace of every ``(directory, entrypoint, args)`` program, infer invariants from all.
+
+        Returns the invariants file's text and a summary with the phase timings.
+        """
+        config = self.config(config)
+        workdir = Path(workdir)
+        traces, started = [], time.monotonic()
+        for index, (program_dir, entrypoint, args) in enumerate(programs):
+            output_dir = workdir / f"trace-{index}"
+            _run_tool(collect_command(program_dir, entrypoint, args, output_dir, config), program_dir, env, limits,
+                      f"collect on reference program {entrypoint} ({index + 1}/{len(programs)})")
+            traces += trace_folders(output_dir)
+        collect_seconds = time.monotonic() - started
+        invariants = workdir / "invariants.json"
+        started = time.monotonic()
+        _run_tool([tool_path("traincheck-infer"), "--trace-folders", *traces, "--output", str(invariants)],
+                  workdir, env, limits, "infer")
+        text = invariants.read_text(encoding="utf-8") if invariants.exists() else ""
+        relations = {}
+        for line in text.splitlines():
+            if line.strip():
+                relation = json.loads(line).get("relation", "?")
+                relations[relation] = relations.get(relation, 0) + 1
+        if not relations:
+            raise TrainCheckError("traincheck infer produced no invariants")
+        return text, {"invariants": sum(relations.values()), "by_relation": relations,
+                      "collect_seconds": round(collect_seconds, 3),
+                      "infer_seconds": round(time.monotonic() - started, 3), "traincheck": self.tool_version()}
+
+
+@register
+class TrainCheckFull(TrainCheck):
+    name = "traincheck_full"
+    description = ("TrainCheck with full trace collection: every torch API call and model variable is traced, "
+                   "then checked against the same invariants. Slower, fewer false failures than selective.")
+    default_config = {**TrainCheck.default_config, "collection": "full"}

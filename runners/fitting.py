@@ -1,0 +1,94 @@
+"""The fit phase of detectors that learn from clean programs (TrainCheck): pick the reference
+pipelines, fit once, keep the result as a versioned artifact that every later run reuses."""
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from .detectors import get_plugin
+from .execution import materialize, run_limits, scrubbed_environment
+from .models import FitArtifact
+from .services import runnable_versions
+
+
+class FitError(RuntimeError):
+    pass
+
+
+def reference_versions(config, version):
+    """The clean pipelines to fit on for a run of ``version``, never the program under test itself.
+
+    The detector config's ``fit_pipelines`` wins; else the reproducer's declared
+    ``fit_pipelines`` in reproducer.yaml (the seed table's "Input To Infer Necessary Invariants"); else every
+    clean reference pipeline of the catalog.
+    """
+    names = config.get("fit_pipelines") or version.manifest.get("fit_pipelines")
+    candidates = {v.reproducer.name: v for v in runnable_versions(pipelines=True)
+                  if v.reproducer_id != version.reproducer_id}
+    if not names:
+        return [candidates[name] for name in sorted(candidates)]
+    unknown = sorted(set(names) - set(candidates))
+    if unknown:
+        raise FitError(f"unknown or unusable reference pipeline(s) {', '.join(unknown)}; "
+                       f"available: {', '.join(sorted(candidates)) or 'none'}")
+    return [candidates[name] for name in sorted(set(names))]
+
+
+def fit_key(detector, tool_version, versions):
+    material = {"detector": detector.name, "version": detector.version, "config": detector.config_hash,
+                "tool": tool_version, "references": sorted(v.content_hash for v in versions)}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_fit(detector, version):
+    """The detector's fit artifact for runs of ``version``: from the cache, or fitted now (and cached)."""
+    plugin = get_plugin(detector.name)
+    config = plugin.config(detector.config)
+    references = reference_versions(config, version)
+    if not references:
+        raise FitError("there is no clean reference pipeline to fit on")
+    tool_version = plugin.tool_version()
+    key = fit_key(detector, tool_version, references)
+    cached = FitArtifact.objects.filter(key=key).first()
+    if cached:
+        return cached
+
+    settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="fit-", dir=settings.SILENTBENCH_RUN_DIR))
+    started = time.monotonic()
+    try:
+        (workdir / "tmp").mkdir()
+        programs = []
+        for index, reference in enumerate(references):
+            program_dir = workdir / f"program-{index}"
+            materialize(reference.files, program_dir)
+            programs.append((program_dir, reference.entrypoint,
+                             ["--variant", "fixed", "--seed", str(config.get("fit_seed", 0)),
+                              "--steps", str(reference.default_steps)]))
+        env = scrubbed_environment(workdir, workdir / "fit-report.jsonl", plugin.name, config, instrumented=False)
+        longest = max(references, key=lambda v: v.time_limit_seconds)
+        base = run_limits(longest)
+        limits = replace(base, time_limit_seconds=base.time_limit_seconds * plugin.time_limit_factor)
+        try:
+            content, summary = plugin.fit(programs, workdir, env, limits, config)
+        except RuntimeError as error:
+            raise FitError(str(error)) from error
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    summary["references"] = [str(v.reproducer) for v in references]
+    try:
+        with transaction.atomic():
+            artifact = FitArtifact.objects.create(detector=detector, key=key, tool_version=tool_version,
+                                                  content=content, summary=summary,
+                                                  fit_seconds=round(time.monotonic() - started, 3))
+            artifact.reference_versions.set(references)
+    except IntegrityError:  # another worker fitted the same thing meanwhile: use theirs
+        artifact = FitArtifact.objects.get(key=key)
+    return artifact
