@@ -24,9 +24,8 @@ class FitError(RuntimeError):
 def reference_versions(config, version):
     """The clean pipelines to fit on for a run of ``version``, never the program under test itself.
 
-    The detector config's ``fit_pipelines`` wins; else the reproducer's declared
-    ``fit_pipelines`` in reproducer.yaml (the seed table's "Input To Infer Necessary Invariants"); else every
-    clean reference pipeline of the catalog.
+    The detector config's ``fit_pipelines`` wins; else ``fit_pipelines`` in the reproducer.yaml (the
+    seed table's "Input To Infer Necessary Invariants"); else every clean reference pipeline.
     """
     names = config.get("fit_pipelines") or version.manifest.get("fit_pipelines")
     candidates = {v.reproducer.name: v for v in runnable_versions(pipelines=True)

@@ -14,9 +14,11 @@ Facts of traincheck 0.2.0 this module works around:
 - the ``sampler`` model tracker needs the model's variable name, and hooks the first line that
   assigns an optimizer built from it; we find that name in the source;
 - ``traincheck-check`` exits 0 whether or not invariants fail: only ``failed.log`` tells;
-- its step counter is the training-loop iteration, 1-based (0 before the loop): our step is one less.
+- its step counter is the training-loop iteration, 1-based (0 before the loop): our step is one less,
+  and a violation during setup gets step -1 (before any fault is active: a false alarm).
 It imports no Django: the registry also loads this module inside reproducer processes.
 """
+import ast
 import json
 import re
 import shlex
@@ -30,7 +32,7 @@ from .base import DetectorPlugin, register
 
 WORK_DIR = ".traincheck"
 MAX_ALARMS = 200
-OPTIMIZER_LINE = re.compile(r"^\s*\w+\s*=\s*[\w.]*\(\s*(\w+)(?:\.\w+)*\.parameters\(\)", re.MULTILINE)
+OPTIMIZER_LINE = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*[\w.]*\([ \t]*(\w+)(?:\.\w+)*\.parameters\(\)", re.MULTILINE)
 
 
 class TrainCheckError(RuntimeError):
@@ -50,20 +52,35 @@ def tool_path(name):
 
 
 def models_to_track(source):
-    """Variable names of the models whose optimizer TrainCheck's sampler must hook.
+    """Variable names of the models whose optimizer TrainCheck's sampler can hook, or [] for API tracing only.
 
-    The sampler needs a line ``<model> = ...`` and an optimizer line that mentions the model; we take
-    the model of the first ``opt = SomeOptimizer(<model>[.sub].parameters(), ...)`` line.
+    The sampler hooks the first line of the *rewritten* source (``ast.unparse`` after TrainCheck's
+    imports, which prints the module docstring on one line) that contains the model's name, ``=`` and ``optimizer``. We
+    take the model of an ``optimizer = SomeOptimizer(<model>[.sub].parameters(), ...)`` line, and
+    only if TrainCheck would pick that very line; otherwise its hook would land in a docstring.
     """
+    try:
+        tree = ast.parse(source)
+        tree.body.insert(0, ast.Pass())  # TrainCheck puts its imports first: the docstring becomes a plain string
+        source = ast.unparse(tree)
+    except SyntaxError:
+        pass
+    lines = source.split("\n")
     for match in OPTIMIZER_LINE.finditer(source):
         model = match.group(1)
-        if re.search(rf"^\s*{re.escape(model)}\s*=", source, re.MULTILINE):
+        if not re.search(rf"^[ \t]*{re.escape(model)}[ \t]*=", source, re.MULTILINE):
+            continue
+        optimizer_line = source.count("\n", 0, match.start())
+        first = next((i for i, line in enumerate(lines) if all(key in line for key in (model, "=", "optimizer"))),
+                     None)
+        if first == optimizer_line:
             return [model]
     return []
 
 
 def collect_command(workdir, entrypoint, script_args, output_dir, config, invariants_file=None):
-    """argv of ``traincheck-collect`` for ``entrypoint`` with ``script_args``; writes the shell script it needs."""
+    """(argv of ``traincheck-collect`` for ``entrypoint`` with ``script_args``, models tracked); writes the
+    shell script that it needs."""
     workdir = Path(workdir)
     script = workdir / entrypoint
     shell_script = workdir / f"{WORK_DIR}-run.sh"
@@ -75,7 +92,7 @@ def collect_command(workdir, entrypoint, script_args, output_dir, config, invari
         argv += ["--models-to-track", *models]
     if invariants_file is not None:
         argv += ["--invariants", str(invariants_file)]
-    return argv
+    return argv, models
 
 
 def trace_folders(output_dir):
@@ -108,7 +125,7 @@ def violation_alarms(failed, step_times):
         records = [r for r in violation.get("trace", []) if isinstance(r.get("meta_vars.step"), (int, float))]
         first = min(records, key=lambda r: (r["meta_vars.step"], r.get("time") or 0), default={})
         traincheck_step = int(first.get("meta_vars.step", 0))
-        step = max(traincheck_step - 1, 0)
+        step = traincheck_step - 1  # -1: during setup, before the first training step
         process_id = first.get("process_id")
         description = str(invariant.get("text_description", ""))
         alarms.append({
@@ -144,7 +161,7 @@ class TrainCheck(DetectorPlugin):
     default_config = {
         "collection": "selective",  # "selective": trace only what the invariants need; "full": trace everything
         "model_tracker_style": "sampler",  # fit and check must use the same style
-        "fit_pipelines": None,  # pipeline names; None: the reproducer's reference_pipelines, else every pipeline
+        "fit_pipelines": None,  # pipeline names; None: the reproducer's fit_pipelines, else every clean pipeline
         "fit_seed": 0,
     }
     instruments = False  # nothing is injected: traincheck-collect rewrites and runs the program itself
@@ -160,8 +177,10 @@ class TrainCheck(DetectorPlugin):
         invariants = base / "invariants.json"
         invariants.write_text(context.fit_artifact)
         selective = self.config(context.config)["collection"] == "selective"
-        return collect_command(context.workdir, context.entrypoint, argv[2:], base / "collect",
-                               self.config(context.config), invariants if selective else None)
+        command, models = collect_command(context.workdir, context.entrypoint, argv[2:], base / "collect",
+                                          self.config(context.config), invariants if selective else None)
+        context.summary["models_tracked"] = models
+        return command
 
     def analyze(self, context, report):
         base = context.workdir / WORK_DIR
@@ -190,10 +209,12 @@ class TrainCheck(DetectorPlugin):
         """
         config = self.config(config)
         workdir = Path(workdir)
-        traces, started = [], time.monotonic()
+        traces, tracked, started = [], {}, time.monotonic()
         for index, (program_dir, entrypoint, args) in enumerate(programs):
             output_dir = workdir / f"trace-{index}"
-            _run_tool(collect_command(program_dir, entrypoint, args, output_dir, config), program_dir, env, limits,
+            command, models = collect_command(program_dir, entrypoint, args, output_dir, config)
+            tracked[f"{index}:{entrypoint}"] = models
+            _run_tool(command, program_dir, env, limits,
                       f"collect on reference program {entrypoint} ({index + 1}/{len(programs)})")
             traces += trace_folders(output_dir)
         collect_seconds = time.monotonic() - started
@@ -210,7 +231,7 @@ class TrainCheck(DetectorPlugin):
         if not relations:
             raise TrainCheckError("traincheck infer produced no invariants")
         return text, {"invariants": sum(relations.values()), "by_relation": relations,
-                      "collect_seconds": round(collect_seconds, 3),
+                      "collect_seconds": round(collect_seconds, 3), "models_tracked": tracked,
                       "infer_seconds": round(time.monotonic() - started, 3), "traincheck": self.tool_version()}
 
 

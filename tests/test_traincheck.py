@@ -1,0 +1,92 @@
+"""TrainCheck, the real traincheck package: how its output is read, and fit -> check -> parse end to end on CPU."""
+import pytest
+
+from runners.detectors.traincheck import models_to_track, read_json_stream, violation_alarms
+from runners.models import FitArtifact, Run, RunStatus
+from runners.services import detector_record
+from runners.tasks import execute_run
+
+from .factories import ReproducerFactory, ReproducerVersionFactory, RunFactory
+
+
+def test_models_to_track_finds_the_model_its_optimizer_is_built_from():
+    source = "net = Net()\nhead = net.head\noptimizer = torch.optim.Adam(net.head.parameters(), lr=1e-3)\n"
+    assert models_to_track(source) == ["net"]
+    assert models_to_track("opt = SGD(params, lr=0.1)\n") == []  # no model variable: API invariants only
+
+
+def test_failed_log_is_a_stream_of_pretty_printed_objects():
+    assert read_json_stream('{\n  "a": 1\n}\n{"b": [2,\n 3]}\n') == [{"a": 1}, {"b": [2, 3]}]
+    assert read_json_stream("  \n") == []
+
+
+def violation(description, step, process_id):
+    return {"invariant": {"text_description": description, "relation": "APIContainRelation",
+                          "num_positive_examples": 40},
+            "trace": [{"meta_vars.step": step, "meta_vars.stage": "training", "process_id": process_id, "time": 5}]}
+
+
+def test_violations_become_alarms_at_our_step_with_ranks_in_spawn_order():
+    alarms = violation_alarms(
+        [violation("Adam.step() always calls adam.adam()", 3, 812), violation("<script>x</script>", 0, 790)],
+        step_times={2: 1000.5})
+    assert [(a["step"], a["rank"]) for a in alarms] == [(-1, 0), (2, 1)]  # step 0 of TrainCheck is setup
+    assert alarms[1]["rule"] == "APIContainRelation: Adam.step() always calls adam.adam()"
+    assert alarms[1]["time"] == 1000.5 and alarms[0]["time"] is None
+    assert alarms[1]["evidence"]["traincheck_step"] == 3
+
+
+TRAINING = """
+import argparse, json, os, time
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
+args = parser.parse_args()
+def report(**record):
+    with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
+        f.write(json.dumps(record) + "\\n")
+torch.manual_seed(args.seed)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+scale = torch.nn.Parameter(torch.ones(1))
+if args.variant == "buggy":  # PT-FORUM-84911's shape: the optimizer only holds parameters that never get a gradient
+    for p in model.parameters():
+        p.requires_grad_(False)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    x = torch.randn(32, 8)
+    loss = (model(x) * scale - x.sum(dim=1, keepdim=True)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="frozen model")
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer():
+    pipeline = ReproducerFactory(bug=None, name="tiny-adam")
+    ReproducerVersionFactory(reproducer=pipeline, files={"pipeline.py": TRAINING}, entrypoint="pipeline.py",
+                             default_steps=8, time_limit_seconds=60, memory_mb=4096)
+    detector = detector_record("traincheck", {"fit_pipelines": ["tiny-adam"]})
+    bug = ReproducerVersionFactory(files={"repro.py": TRAINING}, time_limit_seconds=60, memory_mb=4096)
+    runs = {variant: RunFactory(reproducer_version=bug, detector=detector, variant=variant, seed=1, steps=8)
+            for variant in ("buggy", "fixed")}
+    for run in runs.values():
+        execute_run(run.pk)
+
+    buggy, fixed = (Run.objects.get(pk=runs[v].pk) for v in ("buggy", "fixed"))
+    assert buggy.status == fixed.status == RunStatus.SUCCEEDED, buggy.failure_reason + fixed.failure_reason
+    artifact = FitArtifact.objects.get()  # fitted once, reused by the second run
+    assert buggy.fit_artifact == fixed.fit_artifact == artifact
+    assert artifact.summary["invariants"] > 10 and artifact.summary["references"] == ["pipeline/tiny-adam"]
+    assert artifact.reference_versions.get().reproducer == pipeline
+
+    caught = [a for a in buggy.alarms.all() if a.step >= 0 and "Adam.step()" in a.rule]
+    assert caught, [a.rule for a in buggy.alarms.all()]
+    assert buggy.detector_summary["rules_failed"] > 0
+    assert buggy.detector_summary["rules_deployed"] == artifact.summary["invariants"]
+    assert buggy.analysis_seconds > 0
+    assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
