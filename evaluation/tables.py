@@ -16,7 +16,11 @@ DETECTION_COLUMNS = [
 ]
 FALSE_POSITIVE_COLUMNS = [
     "detector", "clean_runs", "clean_runs_with_alarm", "fp_rate", "fp_ci_low", "fp_ci_high",
-    "alarms_per_1000_clean_steps",
+    "alarms_per_1000_clean_steps", "per_check_fp_rate",
+]
+LATENCY_COLUMNS = [
+    "detector", "bugs_detected", "detected_runs", "median_latency_steps", "max_latency_steps",
+    "median_latency_seconds", "max_latency_seconds",
 ]
 
 
@@ -24,7 +28,7 @@ def judged_runs(runs):
     """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all."""
     rows = list(
         runs.filter(status=RunStatus.SUCCEEDED).values(
-            "id", "variant", "steps", "trigger_step", "trigger_time", "detector__name",
+            "id", "variant", "steps", "trigger_step", "trigger_time", "detector__name", "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
         )
     )
@@ -67,9 +71,14 @@ def detection_table(runs=None):
 
 
 def false_positive_table(runs=None):
-    """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines."""
+    """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines.
+
+    A fitted detector never runs on a pipeline it was fitted on (runners.fitting), so every clean run
+    here is a program not used to fit. ``per_check_fp_rate`` is TrainCheck's per-check rate, for
+    detectors that report the rules they deploy: rules failed on clean runs / rules deployed, pooled.
+    """
     judged = judged_runs(runs if runs is not None else Run.objects.all())
-    totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0})
+    totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0, "deployed": 0, "failed": 0})
     for row, verdict, alarm_count in judged:
         if row["variant"] != "fixed":
             continue
@@ -78,6 +87,10 @@ def false_positive_table(runs=None):
         total["alarmed"] += int(verdict.any_false_alarm)
         total["alarms"] += alarm_count
         total["steps"] += row["steps"]
+        summary = row["detector_summary"] or {}
+        if summary.get("rules_deployed"):
+            total["deployed"] += summary["rules_deployed"]
+            total["failed"] += summary.get("rules_failed", 0)
     records = []
     for detector, total in sorted(totals.items()):
         low, high = wilson_interval(total["alarmed"], total["runs"])
@@ -87,8 +100,29 @@ def false_positive_table(runs=None):
             "fp_ci_high": round(high, 3),
             "alarms_per_1000_clean_steps": (round(1000 * total["alarms"] / total["steps"], 2)
                                             if total["steps"] else None),
+            "per_check_fp_rate": round(total["failed"] / total["deployed"], 4) if total["deployed"] else None,
         })
     return pd.DataFrame.from_records(records, columns=FALSE_POSITIVE_COLUMNS)
+
+
+def latency_table(runs=None):
+    """Per detector, over detected buggy runs: steps and seconds from the trigger to the first alarm."""
+    runs = (runs if runs is not None else Run.objects.all()).filter(reproducer_version__reproducer__bug__isnull=False)
+    by_detector = defaultdict(lambda: {"bugs": set(), "steps": [], "seconds": []})
+    for row, verdict, _ in judged_runs(runs):
+        if row["variant"] == "buggy" and verdict.detected:
+            entry = by_detector[row["detector__name"]]
+            entry["bugs"].add(row["reproducer_version__reproducer__bug__bug_id"])
+            entry["steps"].append(verdict.latency_steps)
+            if verdict.latency_seconds is not None:
+                entry["seconds"].append(verdict.latency_seconds)
+    records = [{
+        "detector": detector, "bugs_detected": len(entry["bugs"]), "detected_runs": len(entry["steps"]),
+        "median_latency_steps": median_or_none(entry["steps"]), "max_latency_steps": max(entry["steps"]),
+        "median_latency_seconds": _round(median_or_none(entry["seconds"])),
+        "max_latency_seconds": _round(max(entry["seconds"], default=None)),
+    } for detector, entry in sorted(by_detector.items())]
+    return pd.DataFrame.from_records(records, columns=LATENCY_COLUMNS)
 
 
 def matrix(detection):

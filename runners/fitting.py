@@ -24,10 +24,10 @@ class FitError(RuntimeError):
 def reference_versions(config, version):
     """The clean pipelines to fit on for a run of ``version``, never the program under test itself.
 
-    The detector config's ``fit_pipelines`` wins; else ``fit_pipelines`` in the reproducer.yaml (the
-    seed table's "Input To Infer Necessary Invariants"); else every clean reference pipeline.
+    ``fit_pipelines`` in the reproducer.yaml (the seed table's "Input To Infer Necessary Invariants")
+    wins; else the detector config's ``fit_pipelines``; else every clean reference pipeline.
     """
-    names = config.get("fit_pipelines") or version.manifest.get("fit_pipelines")
+    names = version.manifest.get("fit_pipelines") or config.get("fit_pipelines")
     candidates = {v.reproducer.name: v for v in runnable_versions(pipelines=True)
                   if v.reproducer_id != version.reproducer_id}
     if not names:
@@ -39,9 +39,23 @@ def reference_versions(config, version):
     return [candidates[name] for name in sorted(set(names))]
 
 
+def is_fit_reference(detector, version):
+    """True when ``version`` is one of the clean pipelines that ``detector`` fits on by default: such a
+    program is held out of the detector's evaluation (it would be fitted on its own behaviour)."""
+    plugin = get_plugin(detector.name)
+    names = plugin.config(detector.config).get("fit_pipelines") or []
+    return plugin.needs_fit and version.reproducer.is_reference_pipeline and version.reproducer.name in names
+
+
 def fit_key(detector, tool_version, versions):
-    material = {"detector": detector.name, "version": detector.version, "config": detector.config_hash,
-                "tool": tool_version, "references": sorted(v.content_hash for v in versions)}
+    """What a fit depends on: the plugin's fit family and version, the config keys that shape the fit,
+    the tool's version and the exact reference programs. Detectors that differ only in how they
+    check (TrainCheck's selective and full collection) share one fit."""
+    plugin = get_plugin(detector.name)
+    config = plugin.config(detector.config)
+    material = {"family": plugin.fit_family or plugin.name, "version": plugin.version, "tool": tool_version,
+                "config": {key: config.get(key) for key in plugin.fit_config_keys},
+                "references": sorted(v.content_hash for v in versions)}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 

@@ -59,11 +59,14 @@ def queue_for(version):
     return "gpu" if version.reproducer.needs_cuda else "cpu"
 
 
-def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixed"), seeds=(0,), steps=None):
+def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixed"), seeds=(0,), steps=None,
+                       skip=None, enqueue=True):
     """Create the runs of a campaign and enqueue them once the transaction commits.
 
     ``user`` is None for the operator's own management commands; a person needs the
     ``runners.trigger_campaign`` permission. Only approved reproducer versions are accepted.
+    A clean reference pipeline has only its ``fixed`` variant; ``skip(version, detector)`` leaves
+    out other combinations. ``enqueue=False`` leaves the runs for the caller to execute itself.
     """
     if user is not None and not user.has_perm("runners.trigger_campaign"):
         raise PermissionDenied("Only maintainers can trigger runs.")
@@ -85,9 +88,12 @@ def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixe
             Run(campaign=campaign, reproducer_version=version, detector=detector, variant=variant, seed=seed,
                 steps=steps or version.default_steps, queue=queue_for(version))
             for version in versions for variant in variants for seed in seeds for detector in detectors
+            if not (version.reproducer.is_reference_pipeline and variant != "fixed")
+            and not (skip and skip(version, detector))
         ])
         run_ids = [run.pk for run in runs]  # bulk_create returns keys on PostgreSQL and SQLite
-        transaction.on_commit(lambda: enqueue_runs(run_ids))
+        if enqueue:
+            transaction.on_commit(lambda: enqueue_runs(run_ids))
     return campaign
 
 
@@ -179,8 +185,11 @@ def do_requeue_stale_runs(now=None):
     """The reaper: a run still 'running' long past its time limit lost its worker; queue it again."""
     now = now or timezone.now()
     requeued = []
-    for run in Run.objects.filter(status=RunStatus.RUNNING).select_related("reproducer_version"):
-        deadline = run.started_at + timedelta(seconds=run.reproducer_version.time_limit_seconds) + STALE_RUN_GRACE
+    for run in Run.objects.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
+        plugin = get_plugin(run.detector.name)
+        # an outer-command detector may take longer, and the first run of a fitted detector fits first
+        allowed = run.reproducer_version.time_limit_seconds * plugin.time_limit_factor * (2 if plugin.needs_fit else 1)
+        deadline = run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE
         if deadline < now:
             if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(
                     status=RunStatus.QUEUED, started_at=None, worker=None):

@@ -31,6 +31,8 @@ class DetectorPlugin:
     instruments = True  # False when nothing is injected into the process (plain, or an outer command)
     needs_fit = False  # True: ``fit`` must produce an artifact from clean reference pipelines first
     time_limit_factor = 1  # how much longer than the reproducer's own limit an instrumented run may take
+    fit_family = ""  # detectors of one family share their fit artifacts (default: the plugin's own name)
+    fit_config_keys = ()  # the config keys that change what ``fit`` learns
 
     def config(self, overrides=None):
         return {**self.default_config, **(overrides or {})}

@@ -161,11 +161,15 @@ class TrainCheck(DetectorPlugin):
     default_config = {
         "collection": "selective",  # "selective": trace only what the invariants need; "full": trace everything
         "model_tracker_style": "sampler",  # fit and check must use the same style
-        "fit_pipelines": None,  # pipeline names; None: the reproducer's fit_pipelines, else every clean pipeline
+        # reference pipelines to fit on, unless the reproducer names its own; the other pipelines stay held out
+        # to measure false positives on programs not used to fit (None: every pipeline but the one under test)
+        "fit_pipelines": ["cnn-sgd-momentum", "ddp-gloo", "lstm-lm", "mlp-adam"],
         "fit_seed": 0,
     }
     instruments = False  # nothing is injected: traincheck-collect rewrites and runs the program itself
     needs_fit = True
+    fit_family = "traincheck"
+    fit_config_keys = ("model_tracker_style", "fit_seed")
     time_limit_factor = 8  # tracing every torch API call makes a run several times slower
 
     def tool_version(self):

@@ -1,0 +1,128 @@
+import json
+import socket
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from evaluation.models import Evaluation
+from evaluation.overhead import do_measure_overhead
+from evaluation.results_doc import render
+from evaluation.tables import detection_table, false_positive_table, latency_table
+from runners.detectors import get_plugin
+from runners.detectors.traincheck import tool_version
+from runners.fitting import FitError, ensure_fit, is_fit_reference
+from runners.local_worker import local_worker, log_tail
+from runners.management.commands.run_campaign import csv
+from runners.progress import line_writer, wait_for_campaign
+from runners.services import detector_record, do_create_campaign, runnable_versions, sync_detectors
+
+
+def records(frame):
+    return json.loads(frame.to_json(orient="records"))
+
+
+class Command(BaseCommand):
+    help = ("Run the full evaluation: every CPU bug reproducer (buggy and fixed) and every clean reference "
+            "pipeline x every detector x seeds, then interleaved overhead pairs. Stores the tables in the "
+            "database (results page and exports) and regenerates docs/results.md from them.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per (reproducer, variant, detector)")
+        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
+        parser.add_argument("--detectors", type=csv, help="comma-separated detectors (default: all but plain)")
+        parser.add_argument("--pairs", type=int, default=5, help="plain/instrumented pairs per detector")
+        parser.add_argument("--overhead-workload", default="transformer-adamw",
+                            help="clean pipeline timed for overhead (held out of TrainCheck's fit)")
+        parser.add_argument("--overhead-steps", type=int, help="steps of the overhead runs (default: the workload's)")
+        parser.add_argument("--concurrency", type=int, default=2, help="runs at a time on the local worker")
+        parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
+        parser.add_argument("--results", default=str(settings.BASE_DIR / "docs" / "results.md"),
+                            help="where to write the results page ('' to skip)")
+
+    def handle(self, *args, **options):
+        started = time.monotonic()
+        write = line_writer(sys.stdout)
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("load_catalog", verbosity=0)
+        plain = detector_record("plain")
+        try:
+            detectors = ([detector_record(name) for name in options["detectors"]] if options["detectors"]
+                         else [d for name, d in sync_detectors().items() if name != "plain"])
+        except KeyError as error:
+            raise CommandError(error.args[0]) from error
+        versions = runnable_versions(options["bugs"]) + runnable_versions(pipelines=True)
+        workload = next((v for v in versions if v.reproducer.is_reference_pipeline
+                         and v.reproducer.name == options["overhead_workload"]), None)
+        if workload is None:
+            raise CommandError(f"No clean pipeline named {options['overhead_workload']!r}.")
+
+        fits = self.fit(detectors, versions)
+        campaign = do_create_campaign(None, "evaluation", versions, detectors, ["buggy", "fixed"],
+                                      list(range(options["seeds"])), skip=is_fit_reference)
+        self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs "
+                          f"({len(versions)} programs x {len(detectors)} detectors x {options['seeds']} seed(s)).")
+        logs = settings.VAR_DIR / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = logs / "evaluate-worker.log"
+        with (nullcontext() if options["no_worker"]
+              else local_worker(log, name="evaluate", concurrency=options["concurrency"])) as worker:
+            def watchdog():
+                if worker is not None and worker.poll() is not None:
+                    raise CommandError(f"The local worker exited:\n{log_tail(log)}")
+
+            wait_for_campaign(campaign, write, watchdog=watchdog)
+        self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
+        overhead_campaign, overhead = do_measure_overhead(workload, detectors, plain, options["pairs"],
+                                                          options["overhead_steps"], write)
+        runs = campaign.runs.all()
+        evaluation = Evaluation.objects.create(
+            campaign=campaign, overhead_campaign=overhead_campaign,
+            parameters={
+                "command": "manage.py evaluate " + " ".join(sys.argv[2:]), "seeds": options["seeds"],
+                "detectors": [d.name for d in detectors], "runs": runs.count(),
+                "failed_runs": runs.filter(status="failed").count(), "pairs": options["pairs"],
+                "overhead_workload": str(workload.reproducer), "host": socket.gethostname(),
+                "torch": torch.__version__, "traincheck": tool_version(),
+            },
+            tables={"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
+                    "latency": records(latency_table(runs)), "overhead": overhead, "fits": fits},
+            wall_seconds=round(time.monotonic() - started, 1),
+        )
+        if options["results"]:
+            Path(options["results"]).write_text(render(evaluation), encoding="utf-8")
+            self.stdout.write(f"Wrote {options['results']}")
+        self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
+
+    def fit(self, detectors, versions):
+        """Fit every fitted detector once per reference set, before any run, so that fit time is measured apart."""
+        rows = []
+        for detector in detectors:
+            if not get_plugin(detector.name).needs_fit:
+                continue
+            seen = set()
+            for version in versions:
+                if is_fit_reference(detector, version):
+                    continue
+                started = time.monotonic()
+                try:
+                    artifact = ensure_fit(detector, version)
+                except FitError as error:
+                    raise CommandError(f"{detector.name}: fit for {version.reproducer} failed: {error}") from error
+                if artifact.pk in seen:
+                    continue
+                seen.add(artifact.pk)
+                cached = time.monotonic() - started < 1
+                rows.append({"detector": detector.name, "references": ", ".join(artifact.summary["references"]),
+                             "invariants": artifact.summary["invariants"],
+                             "collect_seconds": artifact.summary["collect_seconds"],
+                             "infer_seconds": artifact.summary["infer_seconds"],
+                             "fit_seconds": artifact.fit_seconds, "cached": cached})
+                self.stdout.write(f"{detector.name}: fit on {rows[-1]['references']}: {rows[-1]['invariants']} "
+                                  f"invariants, {artifact.fit_seconds:.0f} s{' (cached)' if cached else ''}")
+        return rows

@@ -1,0 +1,81 @@
+"""Overhead of each detector: interleaved plain/instrumented pairs on one workload, run one at a time.
+
+Each pair runs the plain baseline and the instrumented program back to back (the order alternates
+from pair to pair, so that a drift in machine load hits both sides alike). Per pair we take the ratio
+of the steady-state step time (median time between consecutive steps of rank 0, after the warm-up
+steps) and of the end-to-end wall time (for an offline detector, the wall time of the run plus its
+offline check). The table gives the median ratio over pairs. Fit and check are timed apart.
+"""
+import statistics
+
+from runners.models import Run, RunStatus
+from runners.services import do_create_campaign
+from runners.tasks import execute_run
+
+WARM_UP_STEPS = 5
+
+
+def steady_step_seconds(step_records, warm_up=WARM_UP_STEPS):
+    times = [r["time"] for r in sorted(step_records, key=lambda r: r["step"])
+             if r["rank"] == 0 and r.get("time") is not None]
+    gaps = [later - earlier for earlier, later in zip(times[warm_up:], times[warm_up + 1:])]
+    return statistics.median(gaps) if gaps else None
+
+
+def end_to_end_seconds(run):
+    return run.wall_seconds + (run.analysis_seconds or 0)
+
+
+def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None):
+    """Create the overhead campaign, run its pairs in this process one by one, return (campaign, records)."""
+    campaign = do_create_campaign(None, f"overhead on {workload.reproducer}", [workload], [plain, *detectors],
+                                  ["fixed"], list(range(pairs)), steps, enqueue=False)
+    records = []
+    for detector in detectors:
+        samples = []
+        for pair in range(pairs):
+            runs = {d.name: campaign.runs.get(detector=d, seed=pair) for d in (plain, detector)}
+            order = [plain.name, detector.name] if pair % 2 == 0 else [detector.name, plain.name]
+            for name in order:
+                execute_run(runs[name].pk)
+            base, instrumented = (Run.objects.get(pk=runs[name].pk) for name in (plain.name, detector.name))
+            if base.status != RunStatus.SUCCEEDED or instrumented.status != RunStatus.SUCCEEDED:
+                if write:
+                    write(f"  {detector.name} pair {pair}: a run failed, pair left out "
+                          f"({base.failure_reason or instrumented.failure_reason})")
+                continue
+            samples.append(pair_sample(base, instrumented))
+            if write:
+                write(f"  {detector.name} pair {pair + 1}/{pairs}: step x{samples[-1]['step_ratio']:.2f}, "
+                      f"end to end x{samples[-1]['end_to_end_ratio']:.2f}")
+        records.append(overhead_record(detector.name, samples, pairs))
+    return campaign, records
+
+
+def pair_sample(base, instrumented):
+    base_step, step = steady_step_seconds(base.step_records), steady_step_seconds(instrumented.step_records)
+    return {
+        "step_ratio": step / base_step if step and base_step else None,
+        "end_to_end_ratio": end_to_end_seconds(instrumented) / base.wall_seconds,
+        "plain_step_seconds": base_step, "step_seconds": step,
+        "plain_wall_seconds": base.wall_seconds, "wall_seconds": instrumented.wall_seconds,
+        "check_seconds": instrumented.analysis_seconds,
+        "fit_seconds": instrumented.fit_artifact.fit_seconds if instrumented.fit_artifact_id else None,
+    }
+
+
+def _median(samples, key, scale=1):
+    values = [s[key] for s in samples if s[key] is not None]
+    return round(scale * statistics.median(values), 4) if values else None
+
+
+def overhead_record(detector, samples, pairs):
+    return {
+        "detector": detector, "pairs": len(samples), "pairs_planned": pairs,
+        "median_step_time_ratio": _median(samples, "step_ratio"),
+        "median_end_to_end_ratio": _median(samples, "end_to_end_ratio"),
+        "median_plain_step_ms": _median(samples, "plain_step_seconds", scale=1000),
+        "median_step_ms": _median(samples, "step_seconds", scale=1000),
+        "median_check_seconds": _median(samples, "check_seconds"),
+        "fit_seconds": _median(samples, "fit_seconds"),
+    }

@@ -1,0 +1,77 @@
+"""docs/results.md, rendered from an Evaluation row of the database (never edited by hand)."""
+import pandas as pd
+from django.utils import timezone
+
+from .tables import export
+
+
+def _table(records, columns=None):
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    return export(frame, "md") if not frame.empty else "_(none)_\n"
+
+
+def detection_matrix(records):
+    """Bug x detector cells ``detected/buggy`` (plus ``FA`` when the fixed runs alarmed)."""
+    detectors = sorted({r["detector"] for r in records})
+    cells = {(r["bug"], r["reproducer"], r["detector"]): r for r in records}
+    rows = []
+    for bug, reproducer in sorted({(r["bug"], r["reproducer"]) for r in records}):
+        row = {"bug": f"{bug} ({reproducer})"}
+        for detector in detectors:
+            cell = cells.get((bug, reproducer, detector))
+            if cell is None:
+                row[detector] = "–"
+                continue
+            text = f"{cell['detected_runs']}/{cell['buggy_runs']}"
+            if cell["fixed_runs_with_alarm"] or cell["pre_trigger_false_alarm_runs"]:
+                text += " FA"
+            row[detector] = text
+        rows.append(row)
+    return _table(rows, ["bug", *detectors])
+
+
+def headline(tables):
+    fp = {r["detector"]: r for r in tables["false_positives"]}
+    overhead = {r["detector"]: r for r in tables["overhead"]}
+    bugs = {r["bug"] for r in tables["detection"]}
+    rows = []
+    for detector in sorted({r["detector"] for r in tables["detection"]} | set(overhead)):
+        caught = {r["bug"] for r in tables["detection"] if r["detector"] == detector and r["detected_runs"]}
+        row_fp, row_overhead = fp.get(detector, {}), overhead.get(detector, {})
+        rows.append({
+            "detector": detector, "bugs_caught": f"{len(caught)}/{len(bugs)}",
+            "fp_rate": row_fp.get("fp_rate"),
+            "fp_95_ci": f"[{row_fp['fp_ci_low']}, {row_fp['fp_ci_high']}]" if row_fp else None,
+            "per_check_fp_rate": row_fp.get("per_check_fp_rate"),
+            "median_step_time_ratio": row_overhead.get("median_step_time_ratio"),
+            "median_end_to_end_ratio": row_overhead.get("median_end_to_end_ratio"),
+        })
+    return _table(rows)
+
+
+def render(evaluation):
+    tables, parameters = evaluation.tables, evaluation.parameters
+    minutes = (evaluation.wall_seconds or 0) / 60
+    parts = [
+        "# SilentBench results\n",
+        f"Generated from evaluation #{evaluation.pk} of {timezone.localtime(evaluation.created_at):%Y-%m-%d %H:%M %Z} "
+        f"by `{parameters.get('command', 'manage.py evaluate')}`; do not edit by hand. "
+        f"Total wall time {minutes:.1f} min on {parameters.get('host', '?')}; "
+        f"campaign #{evaluation.campaign_id}, overhead campaign #{evaluation.overhead_campaign_id}.\n",
+        f"Seeds {parameters.get('seeds')}; detectors {', '.join(parameters.get('detectors', []))}; "
+        f"{parameters.get('runs', '?')} runs ({parameters.get('failed_runs', '?')} failed); "
+        f"torch {parameters.get('torch', '?')}, traincheck {parameters.get('traincheck', '?')}.\n",
+        "Definitions are those of DESIGN.md: a buggy run is detected by an alarm at or after its trigger step; "
+        "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "
+        "alarms. FP intervals are Wilson 95%. Overhead is the median over interleaved plain/instrumented pairs.\n",
+        "## Summary\n", headline(tables),
+        "\n## Detection matrix (detected seeds / buggy runs; FA: false alarms on this bug)\n",
+        detection_matrix(tables["detection"]),
+        "\n## False positives on clean runs\n", _table(tables["false_positives"]),
+        "\n## Detection latency\n", _table(tables["latency"]),
+        f"\n## Overhead ({parameters.get('overhead_workload', '?')}, {parameters.get('pairs', '?')} pairs)\n",
+        _table(tables["overhead"]),
+        "\n## Fit phase\n", _table(tables.get("fits", [])),
+        "\n## Detection per bug and detector\n", _table(tables["detection"]),
+    ]
+    return "\n".join(parts)
