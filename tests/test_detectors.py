@@ -51,7 +51,7 @@ def rules(outcome):
 def test_registry_has_the_detectors_with_versions():
     plugins = all_plugins()
     assert {"plain", "nan_inf", "param_not_updated", "loss_spike_megatron", "loss_spike_zscore", "grad_health",
-            "cross_rank_consistency", "detect_anomaly"} <= set(plugins)
+            "cross_rank_consistency", "detect_anomaly", "differential", "traincheck", "traincheck_full"} <= set(plugins)
     assert all(plugin.version and plugin.description for plugin in plugins.values())
     with pytest.raises(KeyError, match="unknown detector"):
         get_plugin("nope")
@@ -185,3 +185,48 @@ def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     assert sorted(rules(outcome)) == sorted(expected)
     assert all(alarm["evidence"]["param_indices"] == [0] for alarm in outcome.alarms)
+
+
+TWO_WAYS = """
+import argparse, json, os, time
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
+args = parser.parse_args()
+def report(**record):
+    with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
+        f.write(json.dumps(record) + "\\n")
+torch.manual_seed(args.seed)
+w = torch.zeros(4, requires_grad=True)
+optimizer = torch.optim.SGD([w], lr=0.1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    micro = [torch.randn(8, 4) for _ in range(2)]
+    for batch in micro:  # gradient accumulation over two micro-batches
+        loss = (batch @ w - 1).pow(2).mean() / 2
+        loss.backward()
+    if args.variant == "buggy" and step >= 2:
+        w.grad.mul_(0.5)  # the fault: one micro-batch's contribution is lost
+    if os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1":
+        reference = sum(torch.autograd.grad((b @ w - 1).pow(2).mean() / 2, w)[0] for b in micro)
+        report(event="compare", step=step, rank=0, quantity="grad", value=w.grad.tolist(),
+               reference=reference.tolist(), time=time.time())
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=args.variant == "buggy", trigger_step=2, summary="half the gradient is lost")
+"""
+
+
+@pytest.mark.parametrize("variant, expected", [("buggy", [("mismatch:grad", 2)]), ("fixed", [])])
+def test_differential_alarms_where_the_two_ways_first_disagree(variant, expected):
+    version = ReproducerVersionFactory(files={"repro.py": TWO_WAYS}, time_limit_seconds=60, memory_mb=4096)
+    outcome = execute(RunFactory(reproducer_version=version, detector=detector_record("differential"),
+                                 variant=variant, steps=5))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    assert rules(outcome) == expected
+    assert outcome.detector_summary["comparisons"] == 5
+
+
+def test_differential_is_silent_for_a_reproducer_that_does_not_opt_in():
+    outcome = run("differential", "buggy", fault=NAN_AT_STEP_3)
+    assert outcome.alarms == [] and outcome.detector_summary["comparisons"] == 0

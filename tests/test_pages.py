@@ -143,3 +143,41 @@ def test_pipeline_pages_and_a_pipeline_run(client):
     assert "mlp-adam" in client.get("/pipelines/").content.decode()
     assert "repro.py" in client.get("/pipelines/mlp-adam/").content.decode()
     assert 'href="/pipelines/mlp-adam/"' in client.get(run.get_absolute_url()).content.decode()
+
+
+def test_latency_and_per_check_rate_tables(client, results):
+    results["clean"].detector_summary = {"rules_deployed": 200, "rules_failed": 3}
+    results["clean"].save()
+    latency = client.get("/results/latency.json").json()
+    assert latency == [{"detector": "param_not_updated", "bugs_detected": 1, "detected_runs": 1,
+                        "median_latency_steps": 2, "max_latency_steps": 2, "median_latency_seconds": 5.0,
+                        "max_latency_seconds": 5.0}]  # alarm at step 5 (t=105), trigger step 3 began at t=100
+    fp = {row["detector"]: row for row in client.get("/results/false-positives.json").json()}
+    assert fp["param_not_updated"]["per_check_fp_rate"] == 0.015  # 3 of 200 rules failed on the one clean run
+    assert fp["plain"]["per_check_fp_rate"] is None
+
+
+def test_results_show_the_stored_tables_of_the_latest_evaluation(client, results):
+    from evaluation.models import Evaluation
+    from runners.models import Campaign
+
+    campaign = Campaign.objects.create(name="evaluation")
+    stored = {"detection": [{"bug": "TEST-Z", "reproducer": "cpu", "detector": "nan_inf", "buggy_runs": 1,
+                             "detected_runs": 1, "outcome": "detected", "fixed_runs": 1,
+                             "fixed_runs_with_alarm": 0, "pre_trigger_false_alarm_runs": 0}],
+              "false_positives": [], "latency": [],
+              "overhead": [{"detector": "nan_inf", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 1.07,
+                            "median_end_to_end_ratio": HOSTILE}]}
+    evaluation = Evaluation.objects.create(campaign=campaign, tables=stored, parameters={"runs": 2, "seeds": 1})
+    page = client.get("/results/").content.decode()
+    assert "TEST-Z" in page and "TEST-A" not in page  # stored numbers, not the live runs
+    assert "1.07" in page and HOSTILE not in page and "&lt;script&gt;" in page
+    assert f"evaluation #{evaluation.pk}" in page
+    overhead = client.get("/results/overhead.csv").content.decode()
+    assert overhead.splitlines()[1].startswith("nan_inf,5,5,1.07,")
+    results["detected"].campaign = Campaign.objects.create(name="live")
+    results["detected"].save()
+    live = client.get("/results/detection.json", {"campaign": results["detected"].campaign_id}).json()
+    assert [row["bug"] for row in live] == ["TEST-A"]  # a campaign's live tables, not the stored ones
+    api = client.get("/api/results/").json()
+    assert api["evaluation"] == evaluation.pk and api["overhead"][0]["median_step_time_ratio"] == 1.07

@@ -35,6 +35,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per (reproducer, variant, detector)")
         parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
+        parser.add_argument("--pipelines", type=csv, help="comma-separated clean pipelines (default: all)")
         parser.add_argument("--detectors", type=csv, help="comma-separated detectors (default: all but plain)")
         parser.add_argument("--pairs", type=int, default=5, help="plain/instrumented pairs per detector")
         parser.add_argument("--overhead-workload", default="transformer-adamw",
@@ -56,11 +57,14 @@ class Command(BaseCommand):
                          else [d for name, d in sync_detectors().items() if name != "plain"])
         except KeyError as error:
             raise CommandError(error.args[0]) from error
-        versions = runnable_versions(options["bugs"]) + runnable_versions(pipelines=True)
-        workload = next((v for v in versions if v.reproducer.is_reference_pipeline
-                         and v.reproducer.name == options["overhead_workload"]), None)
-        if workload is None:
-            raise CommandError(f"No clean pipeline named {options['overhead_workload']!r}.")
+        pipelines = {v.reproducer.name: v for v in runnable_versions(pipelines=True)}
+        unknown = set(options["pipelines"] or []) - set(pipelines)
+        if unknown or options["overhead_workload"] not in pipelines:
+            raise CommandError(f"Unknown pipeline(s): {', '.join(sorted(unknown) or [options['overhead_workload']])}; "
+                               f"the catalog has {', '.join(sorted(pipelines))}.")
+        workload = pipelines[options["overhead_workload"]]
+        versions = runnable_versions(options["bugs"]) + [
+            v for name, v in sorted(pipelines.items()) if not options["pipelines"] or name in options["pipelines"]]
 
         fits = self.fit(detectors, versions)
         campaign = do_create_campaign(None, "evaluation", versions, detectors, ["buggy", "fixed"],
