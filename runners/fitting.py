@@ -39,7 +39,7 @@ def reference_versions(config, version):
     return [candidates[name] for name in sorted(set(names))]
 
 
-def is_fit_reference(detector, version):
+def is_fit_reference(version, detector):
     """True when ``version`` is one of the clean pipelines that ``detector`` fits on by default: such a
     program is held out of the detector's evaluation (it would be fitted on its own behaviour)."""
     plugin = get_plugin(detector.name)

@@ -111,7 +111,7 @@ class Command(BaseCommand):
                 continue
             seen = set()
             for version in versions:
-                if is_fit_reference(detector, version):
+                if is_fit_reference(version, detector):
                     continue
                 started = time.monotonic()
                 try:
