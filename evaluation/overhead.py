@@ -8,8 +8,10 @@ offline check). The table gives the median ratio over pairs. Fit and check are t
 """
 import statistics
 
-from runners.models import Run, RunStatus
-from runners.services import do_create_campaign
+from django.db import transaction
+
+from runners.models import Campaign, Run, RunStatus
+from runners.services import queue_for
 from runners.tasks import execute_run
 
 WARM_UP_STEPS = 5
@@ -26,22 +28,41 @@ def end_to_end_seconds(run):
     return run.wall_seconds + (run.analysis_seconds or 0)
 
 
+def do_create_overhead_campaign(workload, detectors, plain, pairs, steps=None):
+    """A campaign of (plain, instrumented) run pairs per detector, not enqueued: the caller runs them in order.
+
+    Each pair has its own plain run, so that every instrumented run is compared with a baseline
+    measured right beside it. Pair ``i`` uses seed ``i`` on both sides.
+    """
+    steps = steps or workload.default_steps
+    with transaction.atomic():
+        campaign = Campaign.objects.create(name=f"overhead on {workload.reproducer}", parameters={
+            "reproducers": [str(workload)], "detectors": [str(d) for d in detectors], "baseline": str(plain),
+            "variants": ["fixed"], "pairs": pairs, "steps": steps})
+        pairs_by_detector = {}
+        for detector in detectors:
+            pairs_by_detector[detector.name] = [
+                tuple(Run.objects.create(campaign=campaign, reproducer_version=workload, detector=side,
+                                         variant="fixed", seed=pair, steps=steps, queue=queue_for(workload))
+                      for side in (plain, detector))
+                for pair in range(pairs)]
+    return campaign, pairs_by_detector
+
+
 def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None):
-    """Create the overhead campaign, run its pairs in this process one by one, return (campaign, records)."""
-    campaign = do_create_campaign(None, f"overhead on {workload.reproducer}", [workload], [plain, *detectors],
-                                  ["fixed"], list(range(pairs)), steps, enqueue=False)
+    """Run the overhead pairs in this process, one run at a time; return (campaign, records)."""
+    campaign, pairs_by_detector = do_create_overhead_campaign(workload, detectors, plain, pairs, steps)
     records = []
     for detector in detectors:
         samples = []
-        for pair in range(pairs):
-            runs = {d.name: campaign.runs.get(detector=d, seed=pair) for d in (plain, detector)}
-            order = [plain.name, detector.name] if pair % 2 == 0 else [detector.name, plain.name]
-            for name in order:
-                execute_run(runs[name].pk)
-            base, instrumented = (Run.objects.get(pk=runs[name].pk) for name in (plain.name, detector.name))
+        for pair, (base, instrumented) in enumerate(pairs_by_detector[detector.name]):
+            for run in ((base, instrumented) if pair % 2 == 0 else (instrumented, base)):
+                execute_run(run.pk)
+            base.refresh_from_db()
+            instrumented.refresh_from_db()
             if base.status != RunStatus.SUCCEEDED or instrumented.status != RunStatus.SUCCEEDED:
                 if write:
-                    write(f"  {detector.name} pair {pair}: a run failed, pair left out "
+                    write(f"  {detector.name} pair {pair + 1}: a run failed, pair left out "
                           f"({base.failure_reason or instrumented.failure_reason})")
                 continue
             samples.append(pair_sample(base, instrumented))
