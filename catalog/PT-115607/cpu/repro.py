@@ -31,6 +31,9 @@ Oracle (checked inside the single run)
     no backbone parameter changed after the unfreeze although the backbone's gradients were
     non-zero at every one of those steps. In the fixed variant the first step with backbone
     grads misses the guarded cache entry, a new graph is traced and the backbone trains.
+    Under ``SILENTBENCH_DIFFERENTIAL=1`` every step also reports each parameter's update norm
+    against the update norm that a stock ``torch.optim.Adam`` gives on clones of the same
+    parameters, grads and optimizer state.
 
 Trigger step
     2: the first step at which the backbone has gradients that the stale graph ignores
@@ -54,6 +57,7 @@ BATCH = 64
 IN_FEATURES = 20
 CLASSES = 5
 LR = 3e-3
+DIFFERENTIAL = os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1"
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -140,6 +144,19 @@ class CachedCompiledAdam(torch.optim.Optimizer):
         return None
 
 
+def eager_adam_updates(optimizer, params):
+    """The update torch.optim.Adam would apply from the same state, computed on clones (training untouched)."""
+    clones = [p.detach().clone() for p in params]
+    for c, p in zip(clones, params):
+        c.grad = None if p.grad is None else p.grad.clone()
+    eager = torch.optim.Adam(clones, **{k: optimizer.defaults[k] for k in ("lr", "betas", "eps")}, foreach=False)
+    for c, p in zip(clones, params):
+        if optimizer.state.get(p):
+            eager.state[c] = {k: v.clone() for k, v in optimizer.state[p].items()}
+    eager.step()
+    return [c - p.detach() for c, p in zip(clones, params)]
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -190,6 +207,8 @@ def main():
         loss = F.cross_entropy(logits, labels)
         loss.backward()
         backbone_grad_norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in backbone if p.grad is not None))
+        if DIFFERENTIAL:  # the update two ways: the cached "compiled" step vs eager torch.optim.Adam
+            eager_norms = [float(u.norm()) for u in eager_adam_updates(optimizer, list(model.parameters()))]
         optimizer.step()
 
         backbone_update = max(float((p.detach() - b).abs().max()) for p, b in zip(backbone, before))
@@ -202,6 +221,10 @@ def main():
                 "metrics": {"acc": acc, "backbone_grad_norm": backbone_grad_norm,
                             "backbone_max_update": backbone_update, "head_max_update": head_update,
                             "cache_entries": float(len(optimizer.cache))}})
+        if DIFFERENTIAL:
+            report({"event": "compare", "step": step, "rank": 0, "quantity": "param_update_norms",
+                    "value": [float((p.detach() - b).norm()) for p, b in zip(model.parameters(), before)],
+                    "reference": eager_norms, "time": time.time()})
 
     backbone_delta = None
     if snapshot is not None:

@@ -29,6 +29,8 @@ Oracle (checked inside the single run)
     ``rel_diff`` exceeded 1e-3 at some step. With the eager backend the fixed variant
     matches exactly (0.0); in the buggy variant the compiled model keeps running one block,
     the added blocks never receive gradients, and ``rel_diff`` is of order 0.1-1.
+    Under ``SILENTBENCH_DIFFERENTIAL=1`` every step also reports the compiled output (all 64
+    samples) against that eager output as a ``compare`` record.
 
 Trigger step
     4: the first step at which ``active_blocks`` differs from its value at compile time.
@@ -53,6 +55,7 @@ WIDTH = 32
 BLOCKS = 3
 LR = 3e-3
 REL_DIFF_THRESHOLD = 1e-3
+DIFFERENTIAL = os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1"
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -156,6 +159,10 @@ def main():
                 "metrics": {"compiled_vs_eager_rel_diff": rel_diff,
                             "eager_loss": float(F.mse_loss(eager_out, y)),
                             "active_blocks": float(model.active_blocks)}})
+        if DIFFERENTIAL:  # the same batch two ways: compiled module vs the module run eagerly
+            report({"event": "compare", "step": step, "rank": 0, "quantity": "compiled_output",
+                    "value": out.detach().reshape(-1).tolist(), "reference": eager_out.reshape(-1).tolist(),
+                    "time": time.time()})
     torch.compiler.set_stance("default")
 
     trained_blocks = [i for i in range(BLOCKS)

@@ -21,7 +21,9 @@ This program (injected: the faulty transfer is simulated on one rank)
     looks: a contiguous run of 2% of the elements (at a position that changes every step)
     reads as zeros. The ``fixed`` variant receives the payload intact. Nothing else differs.
     As a payload check, every rank also all-gathers the inputs of each gradient all-reduce
-    and compares the sum of the inputs with what it received.
+    and compares the sum of the inputs with what it received. Under
+    ``SILENTBENCH_DIFFERENTIAL=1`` every rank also reports, every step, checksums (absolute
+    sums of 16 contiguous chunks) of the received all-reduce result against those of that sum.
 
 Oracle
     At the end rank 0 gathers both replicas. *Manifested* means the largest absolute
@@ -60,6 +62,8 @@ BATCH = 32
 LR = 0.05
 DIVERGENCE_THRESHOLD = 1e-6
 PAYLOAD_RTOL = 1e-6
+CHECKSUM_CHUNKS = 16
+DIFFERENTIAL = os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1"
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -133,6 +137,10 @@ def allreduce_gradients(params, rank, world, variant, seed, step):
         zeroed = 0  # FIX: the payload arrives intact (iommu=pt, ACS off or P2P disabled)
     expected = torch.stack(sent).sum(0)
     payload_err = float((flat - expected).abs().max() / (expected.abs().max() + 1e-12))
+    if DIFFERENTIAL:  # the sum two ways: what the all-reduce delivered vs the gathered inputs added up here
+        report({"event": "compare", "step": step, "rank": rank, "quantity": "allreduce_chunk_abs_sums",
+                "value": [float(c.abs().sum()) for c in flat.chunk(CHECKSUM_CHUNKS)],
+                "reference": [float(c.abs().sum()) for c in expected.chunk(CHECKSUM_CHUNKS)], "time": time.time()})
     flat /= world
     offset = 0
     for g in grads:

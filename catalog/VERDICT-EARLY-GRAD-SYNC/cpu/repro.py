@@ -28,7 +28,9 @@ Oracle
     batch of each step. After every step the replica of rank 0 is compared with it:
     *manifested* means that their relative L2 distance exceeds 1e-3 at some step (the fixed
     plan stays below 1e-7, float32 rounding only). The cross-rank drift of the replicas is
-    reported as evidence.
+    reported as evidence. Under ``SILENTBENCH_DIFFERENTIAL=1`` every rank also reports, every
+    step, the norms of its accumulated, synchronised gradients against those of the gradient
+    of the whole global batch computed in one pass on its own replica.
 
 Trigger step
     4: the first step with more than one microbatch, i.e. the first one that runs the
@@ -60,6 +62,7 @@ LR = 0.05
 MOMENTUM = 0.9
 TOLERANCE = 1e-3  # relative parameter distance parallel vs single-device
 TRUNK = ("w0", "b0", "w1", "b1")
+DIFFERENTIAL = os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1"
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -203,6 +206,12 @@ def worker(rank, world, port, variant, seed, steps):
                 micro_inputs.append((x[lo:lo + MICRO_BATCH], y[lo:lo + MICRO_BATCH]))
             optimizer.zero_grad()
             local_loss = run_schedule(model, step_schedule(n_micro, variant), micro_inputs, world)
+            if DIFFERENTIAL:  # the gradient two ways: accumulated and synchronised vs the global batch in one pass
+                params = list(model.parameters())
+                whole_batch = torch.autograd.grad(F.mse_loss(model(x), y), params)
+                report({"event": "compare", "step": step, "rank": rank, "quantity": "grad_norms",
+                        "value": [float(q.grad.norm()) for q in params],
+                        "reference": [float(g.norm()) for g in whole_batch], "time": time.time()})
             optimizer.step()
             loss_t = torch.tensor([local_loss / world])
             dist.all_reduce(loss_t)

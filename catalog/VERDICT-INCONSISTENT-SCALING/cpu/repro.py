@@ -24,7 +24,9 @@ Oracle
     with the same initial weights and optimizer, and trains it in lockstep on the whole batch
     with the mean loss. After every step the replica of rank 0 is compared with it:
     *manifested* means that their relative L2 distance exceeds 1e-3 at some step (the fixed
-    plan stays below 1e-7, float32 rounding only).
+    plan stays below 1e-7, float32 rounding only). Under ``SILENTBENCH_DIFFERENTIAL=1`` every
+    rank also reports, every step, the norms of its all-reduced gradients against those of the
+    mean-loss gradient of the whole global batch computed on its own replica.
 
 Trigger step
     0: the inconsistent divisor is applied in the first step.
@@ -54,6 +56,7 @@ LOCAL_BATCH = GLOBAL_BATCH // WORLD_SIZE
 LR = 0.05
 MOMENTUM = 0.9
 TOLERANCE = 1e-3  # relative parameter distance parallel vs single-device
+DIFFERENTIAL = os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1"
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -161,6 +164,12 @@ def worker(rank, world, port, variant, seed, steps):
             loss.backward()
             for q in model.parameters():  # gradients are summed over the ranks
                 dist.all_reduce(q.grad)
+            if DIFFERENTIAL:  # the gradient two ways: summed over the ranks vs the whole batch on one device
+                params = list(model.parameters())
+                whole_batch = torch.autograd.grad(per_sample_loss(model(x), y).mean(), params)
+                report({"event": "compare", "step": step, "rank": rank, "quantity": "grad_norms",
+                        "value": [float(q.grad.norm()) for q in params],
+                        "reference": [float(g.norm()) for g in whole_batch], "time": time.time()})
             optimizer.step()
             loss_t = loss.detach().clone()
             dist.all_reduce(loss_t)

@@ -29,7 +29,9 @@ Oracle (parallel vs single-device equivalence, computed inside the run)
     detectors), gathers the shards into full weights and compares. *Manifested* means the
     relative error of the final parameters ||p_parallel - p_single|| / ||p_single|| or of any
     step's loss exceeds 1e-3. The fixed variant agrees to float32 rounding (~1e-7); the
-    buggy one is off from the first step.
+    buggy one is off from the first step. Under ``SILENTBENCH_DIFFERENTIAL=1`` every rank also
+    reports, every step, the per-feature RMS of its model output against that of the
+    single-device forward pass with the full weights gathered from the shards at that step.
 
 Trigger step
     0: the first forward pass already skips the all-reduce.
@@ -58,6 +60,7 @@ BATCH = 32
 LR = 0.05
 MOMENTUM = 0.9
 REL_ERR_THRESHOLD = 1e-3
+DIFFERENTIAL = os.environ.get("SILENTBENCH_DIFFERENTIAL") == "1"
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -228,6 +231,12 @@ def worker(rank, world, port, variant, seed, steps):
             out = model(x)
             loss = (out - y).pow(2).mean()
             loss.backward()
+            if DIFFERENTIAL:  # the output two ways: the tensor-parallel plan vs one device with the gathered weights
+                with torch.no_grad():
+                    single = single_device_forward(gather_full_params(model, world), x)
+                report({"event": "compare", "step": step, "rank": rank, "quantity": "output_feature_rms",
+                        "value": out.detach().pow(2).mean(0).sqrt().tolist(),
+                        "reference": single.pow(2).mean(0).sqrt().tolist(), "time": time.time()})
             optimizer.step()
             losses.append(loss.item())
             report({"event": "step", "step": step, "rank": rank, "loss": loss.item(),
