@@ -31,7 +31,8 @@ from ..sandbox import run_sandboxed
 from .base import DetectorPlugin, register
 
 WORK_DIR = ".traincheck"
-MAX_ALARMS = 200
+MAX_ALARMS = 500
+MAX_SETUP_ALARMS = 50
 OPTIMIZER_LINE = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*[\w.]*\([ \t]*(\w+)(?:\.\w+)*\.parameters\(\)", re.MULTILINE)
 
 
@@ -140,7 +141,8 @@ def violation_alarms(failed, step_times):
             "time": step_times.get(step),
         })
     alarms.sort(key=lambda alarm: alarm["step"])
-    return alarms[:MAX_ALARMS]
+    setup = [alarm for alarm in alarms if alarm["step"] < 0][:MAX_SETUP_ALARMS]  # a cap that leaves room for
+    return setup + [alarm for alarm in alarms if alarm["step"] >= 0][:MAX_ALARMS - len(setup)]  # training steps
 
 
 def _run_tool(argv, workdir, env, limits, phase):
