@@ -5,6 +5,10 @@
 * **Latency**: first qualifying alarm step minus trigger step (steps), and its time minus the
   time at which the trigger step began (seconds).
 * **False-positive rate**: clean runs with at least one alarm / clean runs, Wilson 95% interval.
+
+Beyond DESIGN.md, for detectors that alarm on clean programs too (TrainCheck): a buggy run is
+**detected beyond its fixed twin** when a qualifying alarm's rule did not also fire on the fixed
+run of the same seed, i.e. the detector tells the buggy program from the fixed one.
 """
 import math
 import statistics
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 class AlarmPoint:
     step: int
     time: float | None = None
+    rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,12 @@ def judge_run(variant, trigger_step, trigger_time, alarms):
         seconds = max(0.0, first.time - trigger_time)
     return RunVerdict(detected=True, false_alarms=false_alarms,
                       latency_steps=first.step - trigger, latency_seconds=seconds)
+
+
+def detected_beyond_clean(trigger_step, alarms, clean_rules):
+    """Does a buggy run have a qualifying alarm whose rule the fixed twin did not raise?"""
+    trigger = trigger_step or 0
+    return any(a.step >= trigger and a.rule not in clean_rules for a in alarms)
 
 
 def wilson_interval(successes, trials, z=1.959964):

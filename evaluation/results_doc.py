@@ -23,6 +23,8 @@ def detection_matrix(records):
                 row[detector] = "–"
                 continue
             text = f"{cell['detected_runs']}/{cell['buggy_runs']}"
+            if cell["detected_runs"] and not cell.get("detected_beyond_fixed_runs"):
+                text += " (=fixed)"
             if cell["fixed_runs_with_alarm"] or cell["pre_trigger_false_alarm_runs"]:
                 text += " FA"
             row[detector] = text
@@ -37,9 +39,12 @@ def headline(tables):
     rows = []
     for detector in sorted({r["detector"] for r in tables["detection"]} | set(overhead)):
         caught = {r["bug"] for r in tables["detection"] if r["detector"] == detector and r["detected_runs"]}
+        beyond = {r["bug"] for r in tables["detection"]
+                  if r["detector"] == detector and r.get("detected_beyond_fixed_runs")}
         row_fp, row_overhead = fp.get(detector, {}), overhead.get(detector, {})
         rows.append({
             "detector": detector, "bugs_caught": f"{len(caught)}/{len(bugs)}",
+            "beyond_fixed": f"{len(beyond)}/{len(bugs)}",
             "fp_rate": row_fp.get("fp_rate"),
             "fp_95_ci": f"[{row_fp['fp_ci_low']}, {row_fp['fp_ci_high']}]" if row_fp else None,
             "per_check_fp_rate": row_fp.get("per_check_fp_rate"),
@@ -65,7 +70,11 @@ def render(evaluation):
         "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "
         "alarms. FP intervals are Wilson 95%. Overhead is the median over interleaved plain/instrumented pairs.\n",
         "## Summary\n", headline(tables),
-        "\n## Detection matrix (detected seeds / buggy runs; FA: false alarms on this bug)\n",
+        "\n## Detection matrix\n",
+        "Cells: detected buggy runs / buggy runs. FA: false alarms on this bug (before the trigger step, or on "
+        "its fixed variant). (=fixed): every qualifying alarm's rule also fired on the fixed variant of the same "
+        "seed, so the detection does not tell the bug from its fix. `beyond_fixed` in the summary counts the bugs "
+        "with at least one alarm rule that the fixed twin did not raise.\n",
         detection_matrix(tables["detection"]),
         "\n## False positives on clean runs\n", _table(tables["false_positives"]),
         "\n## Detection latency\n", _table(tables["latency"]),

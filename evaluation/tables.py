@@ -7,10 +7,10 @@ import pandas as pd
 
 from runners.models import Alarm, Run, RunStatus
 
-from .metrics import AlarmPoint, cell_outcome, judge_run, median_or_none, wilson_interval
+from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run, median_or_none, wilson_interval
 
 DETECTION_COLUMNS = [
-    "bug", "reproducer", "detector", "buggy_runs", "detected_runs", "detection_rate",
+    "bug", "reproducer", "detector", "buggy_runs", "detected_runs", "detection_rate", "detected_beyond_fixed_runs",
     "pre_trigger_false_alarm_runs", "fixed_runs", "fixed_runs_with_alarm",
     "median_latency_steps", "median_latency_seconds", "outcome",
 ]
@@ -28,14 +28,16 @@ def judged_runs(runs):
     """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all."""
     rows = list(
         runs.filter(status=RunStatus.SUCCEEDED).values(
-            "id", "variant", "steps", "trigger_step", "trigger_time", "detector__name", "detector_summary",
+            "id", "variant", "seed", "steps", "trigger_step", "trigger_time", "detector__name", "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
         )
     )
     alarms = defaultdict(list)
-    for run_id, step, time in Alarm.objects.filter(run_id__in=[r["id"] for r in rows]).values_list(
-            "run_id", "step", "time"):
-        alarms[run_id].append(AlarmPoint(step, time))
+    for run_id, step, time, rule in Alarm.objects.filter(run_id__in=[r["id"] for r in rows]).values_list(
+            "run_id", "step", "time", "rule"):
+        alarms[run_id].append(AlarmPoint(step, time, rule))
+    for row in rows:
+        row["alarms"] = alarms[row["id"]]
     return [
         (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], alarms[row["id"]]),
          len(alarms[row["id"]]))
@@ -51,16 +53,22 @@ def detection_table(runs=None):
         key = (row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
                row["detector__name"])
         cells[key][row["variant"]].append(verdict)
+        cells[key]["rows"].append(row)
     records = []
     for (bug, reproducer, detector), by_variant in sorted(cells.items()):
         buggy, fixed = by_variant.get("buggy", []), by_variant.get("fixed", [])
         detected = [v for v in buggy if v.detected]
+        fixed_rules = {row["seed"]: {a.rule for a in row["alarms"]} for row in by_variant["rows"]
+                       if row["variant"] == "fixed"}
+        beyond_fixed = sum(1 for row in by_variant["rows"] if row["variant"] == "buggy" and row["seed"] in fixed_rules
+                           and detected_beyond_clean(row["trigger_step"], row["alarms"], fixed_rules[row["seed"]]))
         pre_trigger = sum(1 for v in buggy if v.any_false_alarm)
         fixed_alarmed = sum(1 for v in fixed if v.any_false_alarm)
         records.append({
             "bug": bug, "reproducer": reproducer, "detector": detector,
             "buggy_runs": len(buggy), "detected_runs": len(detected),
             "detection_rate": round(len(detected) / len(buggy), 3) if buggy else None,
+            "detected_beyond_fixed_runs": beyond_fixed,
             "pre_trigger_false_alarm_runs": pre_trigger,
             "fixed_runs": len(fixed), "fixed_runs_with_alarm": fixed_alarmed,
             "median_latency_steps": median_or_none(v.latency_steps for v in detected),

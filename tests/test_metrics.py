@@ -1,7 +1,14 @@
 """DESIGN.md's metric definitions on hand-built alarm sets."""
 import pytest
 
-from evaluation.metrics import AlarmPoint, Outcome, cell_outcome, judge_run, wilson_interval
+from evaluation.metrics import (
+    AlarmPoint,
+    Outcome,
+    cell_outcome,
+    detected_beyond_clean,
+    judge_run,
+    wilson_interval,
+)
 
 
 def test_alarm_at_or_after_trigger_detects_with_latency():
@@ -77,3 +84,10 @@ def test_wilson_interval_without_trials_is_uninformative():
 ])
 def test_cell_outcome(buggy, detected, false_alarms, expected):
     assert cell_outcome(buggy, detected, false_alarms) == expected
+
+
+def test_detection_beyond_the_fixed_twin_needs_a_rule_the_fixed_run_did_not_raise():
+    alarms = [AlarmPoint(1, rule="setup noise"), AlarmPoint(4, rule="Adam.step() always calls adam.adam()")]
+    assert detected_beyond_clean(3, alarms, clean_rules={"setup noise"})
+    assert not detected_beyond_clean(3, alarms, clean_rules={"setup noise", "Adam.step() always calls adam.adam()"})
+    assert not detected_beyond_clean(5, alarms, clean_rules=set())  # nothing at or after the trigger

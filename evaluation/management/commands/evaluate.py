@@ -27,6 +27,12 @@ def records(frame):
     return json.loads(frame.to_json(orient="records"))
 
 
+def run_tables(runs):
+    """The tables computed from an evaluation's runs (overhead and fits are measured apart)."""
+    return {"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
+            "latency": records(latency_table(runs))}
+
+
 class Command(BaseCommand):
     help = ("Run the full evaluation: every CPU bug reproducer (buggy and fixed) and every clean reference "
             "pipeline x every detector x seeds, then interleaved overhead pairs. Stores the tables in the "
@@ -45,8 +51,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
         parser.add_argument("--results", default=str(settings.BASE_DIR / "docs" / "results.md"),
                             help="where to write the results page ('' to skip)")
+        parser.add_argument("--retabulate", type=int, metavar="EVALUATION_ID",
+                            help="run nothing: recompute a stored evaluation's tables from its runs, rewrite the page")
 
     def handle(self, *args, **options):
+        if options["retabulate"] is not None:
+            return self.retabulate(options["retabulate"], options["results"])
         started = time.monotonic()
         write = line_writer(sys.stdout)
         call_command("migrate", interactive=False, verbosity=0)
@@ -94,14 +104,25 @@ class Command(BaseCommand):
                 "overhead_workload": str(workload.reproducer), "host": socket.gethostname(),
                 "torch": torch.__version__, "traincheck": tool_version(),
             },
-            tables={"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
-                    "latency": records(latency_table(runs)), "overhead": overhead, "fits": fits},
+            tables={**run_tables(runs), "overhead": overhead, "fits": fits},
             wall_seconds=round(time.monotonic() - started, 1),
         )
-        if options["results"]:
-            Path(options["results"]).write_text(render(evaluation), encoding="utf-8")
-            self.stdout.write(f"Wrote {options['results']}")
+        self.write_results(evaluation, options["results"])
         self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
+
+    def retabulate(self, evaluation_id, results):
+        evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
+        if evaluation is None:
+            raise CommandError(f"No evaluation #{evaluation_id}.")
+        evaluation.tables = {**evaluation.tables, **run_tables(evaluation.campaign.runs.all())}
+        evaluation.save(update_fields=["tables"])
+        self.stdout.write(f"Evaluation #{evaluation.pk}: tables recomputed from its runs.")
+        self.write_results(evaluation, results)
+
+    def write_results(self, evaluation, results):
+        if results:
+            Path(results).write_text(render(evaluation), encoding="utf-8")
+            self.stdout.write(f"Wrote {results}")
 
     def fit(self, detectors, versions):
         """Fit every fitted detector once per reference set, before any run, so that fit time is measured apart."""
