@@ -27,6 +27,18 @@ def records(frame):
     return json.loads(frame.to_json(orient="records"))
 
 
+def command_line(options):
+    """The evaluate command as it was asked for (the options that differ from their defaults)."""
+    defaults = {"seeds": 1, "pairs": 5, "overhead_workload": "transformer-adamw", "concurrency": 2}
+    parts = ["manage.py evaluate"]
+    for name in ("seeds", "bugs", "pipelines", "detectors", "pairs", "overhead_workload", "overhead_steps",
+                 "concurrency"):
+        value = options.get(name)
+        if value not in (None, defaults.get(name)):
+            parts.append(f"--{name.replace('_', '-')} {','.join(value) if isinstance(value, list) else value}")
+    return " ".join(parts)
+
+
 def run_tables(runs):
     """The tables computed from an evaluation's runs (overhead and fits are measured apart)."""
     return {"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
@@ -98,7 +110,7 @@ class Command(BaseCommand):
         evaluation = Evaluation.objects.create(
             campaign=campaign, overhead_campaign=overhead_campaign,
             parameters={
-                "command": "manage.py evaluate " + " ".join(sys.argv[2:]), "seeds": options["seeds"],
+                "command": command_line(options), "seeds": options["seeds"],
                 "detectors": [d.name for d in detectors], "runs": runs.count(),
                 "failed_runs": runs.filter(status="failed").count(), "pairs": options["pairs"],
                 "overhead_workload": str(workload.reproducer), "host": socket.gethostname(),
