@@ -145,6 +145,8 @@ def rank_main(rank, port, variant, steps):
     torch.set_num_threads(1)
     replicated, sharded = torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.full((4,), float(rank)))
     optimizer = torch.optim.SGD([replicated, sharded], lr=0.1)
+    # like the VERDICT reproducers: rank 0 alone trains a single-device reference with its own optimizer
+    reference = torch.optim.SGD([torch.nn.Parameter(torch.ones(4))], lr=0.1) if rank == 0 else None
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
@@ -155,6 +157,8 @@ def rank_main(rank, port, variant, steps):
             if variant == "buggy" and rank == 1 and step >= 3:
                 replicated.grad.mul_(2)  # the replica on rank 1 drifts from step 3
             optimizer.step()
+            if reference is not None:
+                reference.step()
         if rank == 0:
             with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
                 f.write(json.dumps({"event": "oracle", "manifested": variant == "buggy", "trigger_step": 3}) + "\\n")

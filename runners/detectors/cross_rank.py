@@ -6,14 +6,16 @@ class CrossRankConsistency(DetectorPlugin):
     """Parameters that start identical on every rank must stay identical (what BLOOM-176B needed)."""
 
     name = "cross_rank_consistency"
-    version = "1"
+    version = "2"
     description = (
         "In a torch.distributed run, all-gathers a checksum of every parameter an optimizer owns. Parameters "
         "whose checksums agree on all ranks before the first step are replicas (data-parallel copies, "
         "tensor-parallel LayerNorms...); after every step, a replica whose checksum differs between ranks "
         "raises an alarm. Sharded parameters, which differ from the start, are left alone. Unlike Megatron's "
-        "data-parallel-only check it needs no annotation of which parameters are replicated. Single-process "
-        "runs are not checked."
+        "data-parallel-only check it needs no annotation of which parameters are replicated. Only the first "
+        "optimizer that steps in each process (the training optimizer) is followed, so that a rank-local extra "
+        "optimizer (a single-device reference on rank 0) cannot unbalance the collectives. Single-process runs "
+        "are not checked."
     )
     default_config = {"every_n_steps": 1}
 
@@ -35,8 +37,11 @@ class CrossRankConsistency(DetectorPlugin):
         def agreeing(table):
             return (table == table[0]).all(dim=2).all(dim=0)
 
+        followed = []  # the training optimizer: the first to step in this process, the same on every rank
+
         def before(optimizer):
-            if id(optimizer) not in replicas and dist.is_available() and dist.is_initialized():
+            if not followed and dist.is_available() and dist.is_initialized():
+                followed.append(id(optimizer))
                 replicas[id(optimizer)] = agreeing(checksums(optimizer))
 
         def after(optimizer):
