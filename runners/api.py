@@ -54,7 +54,7 @@ class RunSerializer(serializers.ModelSerializer):
                   "variant", "seed", "steps", "queue", "status", "failure_reason", "attempts", "queued_at",
                   "started_at", "finished_at", "wall_seconds", "exit_code", "manifested", "oracle_summary",
                   "oracle_evidence", "trigger_step", "step_records", "protocol_errors", "environment",
-                  "alarm_count"]
+                  "fit_artifact", "analysis_seconds", "detector_summary", "alarm_count"]
 
 
 class RunViewSet(viewsets.ReadOnlyModelViewSet):

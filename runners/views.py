@@ -13,7 +13,7 @@ from .models import FINISHED_STATUSES, Campaign, Run
 def run_detail(request, pk):
     run = get_object_or_404(
         Run.objects.select_related("reproducer_version__reproducer__bug", "detector", "environment", "worker",
-                                   "campaign"), pk=pk)
+                                   "campaign", "fit_artifact").defer("fit_artifact__content"), pk=pk)
     counterpart = (Run.objects.filter(
         reproducer_version=run.reproducer_version, detector=run.detector, seed=run.seed, steps=run.steps,
         campaign=run.campaign, status="succeeded").exclude(variant=run.variant).order_by("-id").first())
