@@ -3,12 +3,15 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from urllib.parse import quote
 
 from django.conf import settings
+from django.core.management.base import CommandError
 from django.db import connection
+
+from .progress import wait_for_campaign
 
 
 def worker_command(queues="cpu", name="local", concurrency=1):
@@ -71,3 +74,17 @@ def stop_process(process, timeout=20):
 def log_tail(log_path, lines=30):
     path = Path(log_path)
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def wait_with_local_worker(campaign, write, name, concurrency=1, start=True):
+    """Wait for ``campaign`` to finish, with a local worker for the length of the wait (``start``),
+    or relying on workers already consuming the queue. Fails loudly if the local worker dies."""
+    logs = settings.VAR_DIR / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}-worker.log"
+    with local_worker(log, name=name, concurrency=concurrency) if start else nullcontext() as worker:
+        def watchdog():
+            if worker is not None and worker.poll() is not None:
+                raise CommandError(f"The local worker exited:\n{log_tail(log)}")
+
+        return wait_for_campaign(campaign, write, watchdog=watchdog)

@@ -97,6 +97,25 @@ def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixe
     return campaign
 
 
+def do_retry_failed_runs(user, campaign, runs=None):
+    """Queue the failed runs of ``campaign`` (or those of ``runs``) again, as new attempts.
+
+    Their results and alarms are cleared; the approval of each version is checked again when it
+    runs. Returns the IDs queued.
+    """
+    if user is not None and not user.has_perm("runners.trigger_campaign"):
+        raise PermissionDenied("Only maintainers can retry runs.")
+    runs = (runs if runs is not None else campaign.runs.all()).filter(campaign=campaign, status=RunStatus.FAILED)
+    with transaction.atomic():
+        run_ids = list(runs.select_for_update().values_list("id", flat=True))
+        Alarm.objects.filter(run_id__in=run_ids).delete()
+        Run.objects.filter(pk__in=run_ids).update(
+            status=RunStatus.QUEUED, failure_reason="", started_at=None, finished_at=None, worker=None,
+            exit_code=None, wall_seconds=None, manifested=None, analysis_seconds=None, detector_summary={})
+        transaction.on_commit(lambda: enqueue_runs(run_ids))
+    return run_ids
+
+
 def enqueue_runs(run_ids):
     from .tasks import execute_run
 

@@ -151,3 +151,26 @@ def test_a_run_is_claimed_once():
     worker = current_worker()
     assert do_claim_run(run.pk, worker) is not None
     assert do_claim_run(run.pk, worker) is None
+
+
+def test_retrying_failed_runs_queues_new_attempts_and_clears_their_results(django_capture_on_commit_callbacks):
+    from django.core.exceptions import PermissionDenied
+
+    from runners.models import Alarm, Campaign
+    from runners.services import do_retry_failed_runs
+
+    from .factories import MaintainerFactory, UserFactory
+
+    campaign = Campaign.objects.create(name="c")
+    failed = RunFactory(campaign=campaign, status=RunStatus.FAILED, failure_reason="Crashed", attempts=1)
+    Alarm.objects.create(run=failed, step=0, rule="r", message="m")
+    done = RunFactory(campaign=campaign, status=RunStatus.SUCCEEDED)
+    with pytest.raises(PermissionDenied):
+        do_retry_failed_runs(UserFactory(), campaign)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert do_retry_failed_runs(MaintainerFactory(), campaign) == [failed.pk]
+    assert len(callbacks) == 1  # enqueued once the transaction commits
+    failed.refresh_from_db()
+    done.refresh_from_db()
+    assert (failed.status, failed.failure_reason, failed.attempts) == (RunStatus.QUEUED, "", 1)
+    assert not failed.alarms.exists() and done.status == RunStatus.SUCCEEDED

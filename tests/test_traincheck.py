@@ -90,3 +90,13 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer()
     assert buggy.detector_summary["rules_deployed"] == artifact.summary["invariants"]
     assert buggy.analysis_seconds > 0
     assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
+
+
+def test_models_to_track_follows_traincheck_to_the_first_optimizer_only():
+    docstring = '"""Trains the model = a net; the optimizer is SGD."""\n'  # TrainCheck would hook this line
+    source = docstring + "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    assert models_to_track(source) == []
+    # a later optimizer of a rank-0-only reference must not be picked instead: rank 1 has no such model
+    later = ("reference = Ref() if rank == 0 else None\n"
+             "ref_optimizer = SGD(reference.parameters()) if reference else None\n")
+    assert models_to_track(source + later) == []

@@ -66,17 +66,16 @@ def models_to_track(source):
         source = ast.unparse(tree)
     except SyntaxError:
         pass
+    match = OPTIMIZER_LINE.search(source)  # the first optimizer built from a model's parameters
+    if match is None:
+        return []
+    model = match.group(1)
+    if not re.search(rf"^[ \t]*{re.escape(model)}[ \t]*=", source, re.MULTILINE):
+        return []
+    optimizer_line = source.count("\n", 0, match.start())
     lines = source.split("\n")
-    for match in OPTIMIZER_LINE.finditer(source):
-        model = match.group(1)
-        if not re.search(rf"^[ \t]*{re.escape(model)}[ \t]*=", source, re.MULTILINE):
-            continue
-        optimizer_line = source.count("\n", 0, match.start())
-        first = next((i for i, line in enumerate(lines) if all(key in line for key in (model, "=", "optimizer"))),
-                     None)
-        if first == optimizer_line:
-            return [model]
-    return []
+    first = next((i for i, line in enumerate(lines) if all(key in line for key in (model, "=", "optimizer"))), None)
+    return [model] if first == optimizer_line else []
 
 
 def collect_command(workdir, entrypoint, script_args, output_dir, config, invariants_file=None):

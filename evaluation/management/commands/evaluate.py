@@ -2,7 +2,6 @@ import json
 import socket
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -17,9 +16,9 @@ from evaluation.tables import detection_table, false_positive_table, latency_tab
 from runners.detectors import get_plugin
 from runners.detectors.traincheck import tool_version
 from runners.fitting import FitError, ensure_fit, is_fit_reference
-from runners.local_worker import local_worker, log_tail
+from runners.local_worker import wait_with_local_worker
 from runners.management.commands.run_campaign import csv
-from runners.progress import line_writer, wait_for_campaign
+from runners.progress import line_writer
 from runners.services import detector_record, do_create_campaign, runnable_versions, sync_detectors
 
 
@@ -93,16 +92,7 @@ class Command(BaseCommand):
                                       list(range(options["seeds"])), skip=is_fit_reference)
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs "
                           f"({len(versions)} programs x {len(detectors)} detectors x {options['seeds']} seed(s)).")
-        logs = settings.VAR_DIR / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log = logs / "evaluate-worker.log"
-        with (nullcontext() if options["no_worker"]
-              else local_worker(log, name="evaluate", concurrency=options["concurrency"])) as worker:
-            def watchdog():
-                if worker is not None and worker.poll() is not None:
-                    raise CommandError(f"The local worker exited:\n{log_tail(log)}")
-
-            wait_for_campaign(campaign, write, watchdog=watchdog)
+        wait_with_local_worker(campaign, write, "evaluate", options["concurrency"], start=not options["no_worker"])
         self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
         overhead_campaign, overhead = do_measure_overhead(workload, detectors, plain, options["pairs"],
                                                           options["overhead_steps"], write)

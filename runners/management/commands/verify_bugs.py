@@ -1,13 +1,11 @@
 import statistics
 import sys
-from contextlib import nullcontext
 
-from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from runners.local_worker import local_worker, log_tail
-from runners.progress import line_writer, wait_for_campaign
+from runners.local_worker import wait_with_local_worker
+from runners.progress import line_writer
 from runners.services import detector_record, do_create_campaign, do_record_stability, runnable_versions
 
 from .run_campaign import csv
@@ -37,15 +35,7 @@ class Command(BaseCommand):
         campaign = do_create_campaign(None, f"verification k={seeds}", versions, [detector_record("plain")],
                                       ["buggy", "fixed"], list(range(seeds)), steps)
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} verification runs.")
-        logs = settings.VAR_DIR / "logs"
-        logs.mkdir(exist_ok=True)
-        log = logs / "verify-worker.log"
-        with nullcontext() if no_worker else local_worker(log, name="verify", concurrency=concurrency) as worker:
-            def watchdog():
-                if worker is not None and worker.poll() is not None:
-                    raise CommandError(f"The local worker exited:\n{log_tail(log)}")
-
-            wait_for_campaign(campaign, line_writer(sys.stdout), watchdog=watchdog)
+        wait_with_local_worker(campaign, line_writer(sys.stdout), "verify", concurrency, start=not no_worker)
         checks = do_record_stability(campaign)
         self.report(campaign, checks)
         if any(check.verdict != "verified" for check in checks):

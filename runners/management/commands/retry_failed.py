@@ -1,0 +1,34 @@
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runners.local_worker import wait_with_local_worker
+from runners.models import Campaign
+from runners.progress import line_writer
+from runners.services import do_retry_failed_runs
+
+from .run_campaign import csv
+
+
+class Command(BaseCommand):
+    help = "Queue a campaign's failed runs again (new attempts) and wait for them with a local worker."
+
+    def add_arguments(self, parser):
+        parser.add_argument("campaign", type=int, help="campaign ID")
+        parser.add_argument("--detectors", type=csv, help="only runs of these detectors")
+        parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
+
+    def handle(self, *args, campaign, detectors, concurrency, no_worker, **options):
+        found = Campaign.objects.filter(pk=campaign).first()
+        if found is None:
+            raise CommandError(f"No campaign #{campaign}.")
+        runs = found.runs.all()
+        if detectors:
+            runs = runs.filter(detector__name__in=detectors)
+        run_ids = do_retry_failed_runs(None, found, runs)
+        self.stdout.write(f"Campaign #{found.pk}: {len(run_ids)} failed run(s) queued again.")
+        if run_ids:
+            progress = wait_with_local_worker(found, line_writer(sys.stdout), "retry", concurrency,
+                                              start=not no_worker)
+            self.stdout.write(f"\n{progress['counts']}")
