@@ -15,6 +15,10 @@ from runners.services import queue_for
 from runners.tasks import execute_run
 
 WARM_UP_STEPS = 5
+OVERHEAD_COLUMNS = [
+    "detector", "pairs", "pairs_planned", "median_step_time_ratio", "median_end_to_end_ratio",
+    "median_plain_step_ms", "median_step_ms", "median_check_seconds", "fit_seconds",
+]
 
 
 def steady_step_seconds(step_records, warm_up=WARM_UP_STEPS):

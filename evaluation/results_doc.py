@@ -2,7 +2,10 @@
 import pandas as pd
 from django.utils import timezone
 
-from .tables import export
+from .overhead import OVERHEAD_COLUMNS
+from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS, export
+
+FIT_COLUMNS = ["detector", "references", "invariants", "collect_seconds", "infer_seconds", "fit_seconds", "cached"]
 
 
 def _table(records, columns=None):
@@ -76,11 +79,11 @@ def render(evaluation):
         "seed, so the detection does not tell the bug from its fix. `beyond_fixed` in the summary counts the bugs "
         "with at least one alarm rule that the fixed twin did not raise.\n",
         detection_matrix(tables["detection"]),
-        "\n## False positives on clean runs\n", _table(tables["false_positives"]),
-        "\n## Detection latency\n", _table(tables["latency"]),
+        "\n## False positives on clean runs\n", _table(tables["false_positives"], FALSE_POSITIVE_COLUMNS),
+        "\n## Detection latency\n", _table(tables["latency"], LATENCY_COLUMNS),
         f"\n## Overhead ({parameters.get('overhead_workload', '?')}, {parameters.get('pairs', '?')} pairs)\n",
-        _table(tables["overhead"]),
-        "\n## Fit phase\n", _table(tables.get("fits", [])),
-        "\n## Detection per bug and detector\n", _table(tables["detection"]),
+        _table(tables["overhead"], OVERHEAD_COLUMNS),
+        "\n## Fit phase\n", _table(tables.get("fits", []), FIT_COLUMNS),
+        "\n## Detection per bug and detector\n", _table(tables["detection"], DETECTION_COLUMNS),
     ]
     return "\n".join(parts)

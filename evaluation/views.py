@@ -5,6 +5,7 @@ from django.shortcuts import render
 from runners.models import Campaign, Run
 
 from .models import Evaluation
+from .overhead import OVERHEAD_COLUMNS
 from .tables import (
     DETECTION_COLUMNS,
     EXPORT_FORMATS,
@@ -17,12 +18,13 @@ from .tables import (
     matrix,
 )
 
-# table name in URLs -> (key in Evaluation.tables, function over runs or None, columns)
+# table name in URLs -> (key in Evaluation.tables, function over runs or None, columns). The columns are
+# explicit because PostgreSQL's jsonb does not keep the key order of stored records.
 TABLES = {
     "detection": ("detection", detection_table, DETECTION_COLUMNS),
     "false-positives": ("false_positives", false_positive_table, FALSE_POSITIVE_COLUMNS),
     "latency": ("latency", latency_table, LATENCY_COLUMNS),
-    "overhead": ("overhead", None, None),
+    "overhead": ("overhead", None, OVERHEAD_COLUMNS),
 }
 
 
