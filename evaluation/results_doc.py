@@ -67,7 +67,8 @@ def render(evaluation):
         f"Total wall time {minutes:.1f} min on {parameters.get('host', '?')}; "
         f"campaign #{evaluation.campaign_id}, overhead campaign #{evaluation.overhead_campaign_id}.\n",
         f"Seeds {parameters.get('seeds')}; detectors {', '.join(parameters.get('detectors', []))}; "
-        f"{parameters.get('runs', '?')} runs ({parameters.get('failed_runs', '?')} failed); "
+        f"{parameters.get('runs', '?')} runs ({parameters.get('failed_runs', '?')} failed, "
+        f"{parameters.get('retried_runs', 0)} retried with `manage.py retry_failed`); "
         f"torch {parameters.get('torch', '?')}, traincheck {parameters.get('traincheck', '?')}.\n",
         "Definitions are those of DESIGN.md: a buggy run is detected by an alarm at or after its trigger step; "
         "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "

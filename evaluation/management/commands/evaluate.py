@@ -38,6 +38,11 @@ def command_line(options):
     return " ".join(parts)
 
 
+def run_counts(runs):
+    return {"runs": runs.count(), "failed_runs": runs.filter(status="failed").count(),
+            "retried_runs": runs.filter(attempts__gt=1).count()}
+
+
 def run_tables(runs):
     """The tables computed from an evaluation's runs (overhead and fits are measured apart)."""
     return {"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
@@ -101,8 +106,7 @@ class Command(BaseCommand):
             campaign=campaign, overhead_campaign=overhead_campaign,
             parameters={
                 "command": command_line(options), "seeds": options["seeds"],
-                "detectors": [d.name for d in detectors], "runs": runs.count(),
-                "failed_runs": runs.filter(status="failed").count(), "pairs": options["pairs"],
+                "detectors": [d.name for d in detectors], **run_counts(runs), "pairs": options["pairs"],
                 "overhead_workload": str(workload.reproducer), "host": socket.gethostname(),
                 "torch": torch.__version__, "traincheck": tool_version(),
             },
@@ -116,8 +120,10 @@ class Command(BaseCommand):
         evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
         if evaluation is None:
             raise CommandError(f"No evaluation #{evaluation_id}.")
-        evaluation.tables = {**evaluation.tables, **run_tables(evaluation.campaign.runs.all())}
-        evaluation.save(update_fields=["tables"])
+        runs = evaluation.campaign.runs.all()
+        evaluation.tables = {**evaluation.tables, **run_tables(runs)}
+        evaluation.parameters.update(run_counts(runs))
+        evaluation.save(update_fields=["tables", "parameters"])
         self.stdout.write(f"Evaluation #{evaluation.pk}: tables recomputed from its runs.")
         self.write_results(evaluation, results)
 
