@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from evaluation.tables import detection_table
+from runners.detectors import all_plugins
 from runners.local_worker import local_worker, log_tail, stop_process
 from runners.progress import line_writer, wait_for_campaign
 
@@ -22,7 +23,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
         parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
-        parser.add_argument("--detectors", type=csv, help="comma-separated detector names (default: all)")
+        parser.add_argument("--detectors", type=csv,
+                            help="comma-separated detector names (default: every detector without a fit phase; "
+                                 "TrainCheck fits for minutes and runs ~6x slower: add it by name, or use evaluate)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
         parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1,
                             help="runs at a time (default: one per core)")
@@ -44,7 +47,8 @@ class Command(BaseCommand):
                         start_new_session=True)
                     self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live progress under /campaigns/)")
                 campaign = create_campaign_from_options({
-                    "name": "quickstart", "bugs": bugs, "detectors": detectors, "variants": ["buggy", "fixed"],
+                    "name": "quickstart", "bugs": bugs, "variants": ["buggy", "fixed"],
+                    "detectors": detectors or [name for name, plugin in all_plugins().items() if not plugin.needs_fit],
                     "seeds": [int(s) for s in seeds.split(",")], "steps": None,
                 })
                 self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
