@@ -51,12 +51,15 @@ def selected_runs(request):
 
 
 def table_frame(name, evaluation, runs):
+    """The table as a DataFrame whose missing values are None (pandas' NaN would print as "nan")."""
     key, compute, columns = TABLES[name]
     if evaluation is not None:
-        return pd.DataFrame.from_records(evaluation.tables.get(key, []), columns=columns)
-    if compute is None:
-        return pd.DataFrame.from_records([])  # overhead exists only for a full evaluation
-    return compute(runs)
+        frame = pd.DataFrame.from_records(evaluation.tables.get(key, []), columns=columns)
+    elif compute is None:
+        frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
+    else:
+        frame = compute(runs)
+    return frame.astype(object).where(frame.notna(), None)
 
 
 def results(request):

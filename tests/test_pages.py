@@ -181,3 +181,9 @@ def test_results_show_the_stored_tables_of_the_latest_evaluation(client, results
     assert [row["bug"] for row in live] == ["TEST-A"]  # a campaign's live tables, not the stored ones
     api = client.get("/api/results/").json()
     assert api["evaluation"] == evaluation.pk and api["overhead"][0]["median_step_time_ratio"] == 1.07
+
+
+def test_missing_numbers_are_dashes_not_nan(client, results):
+    page = client.get("/results/").content.decode()
+    assert "nan" not in page.split('id="detection-matrix"', 1)[1].split("</table>", 1)[0]
+    assert "nan" not in client.get("/results/latency.md").content.decode()
