@@ -66,11 +66,12 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summa
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.integration
-def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer():
+@pytest.mark.parametrize("name", ["traincheck", "traincheck_full"])
+def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(name):
     pipeline = ReproducerFactory(bug=None, name="tiny-adam")
     ReproducerVersionFactory(reproducer=pipeline, files={"pipeline.py": TRAINING}, entrypoint="pipeline.py",
                              default_steps=8, time_limit_seconds=60, memory_mb=4096)
-    detector = detector_record("traincheck", {"fit_pipelines": ["tiny-adam"]})
+    detector = detector_record(name, {"fit_pipelines": ["tiny-adam"]})
     bug = ReproducerVersionFactory(files={"repro.py": TRAINING}, time_limit_seconds=60, memory_mb=4096)
     runs = {variant: RunFactory(reproducer_version=bug, detector=detector, variant=variant, seed=1, steps=8)
             for variant in ("buggy", "fixed")}
