@@ -46,7 +46,8 @@ class ReproducerFactory(factory.django.DjangoModelFactory):
     strategy = "injected"
 
 
-GOOD_REPRODUCER = """
+# The command line and report helper that every test program starts with (docs/reproducer-protocol.md).
+PROGRAM_PREAMBLE = """
 import argparse, json, os, time
 parser = argparse.ArgumentParser()
 parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
@@ -54,6 +55,9 @@ args = parser.parse_args()
 def report(**record):
     with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
         f.write(json.dumps(record) + "\\n")
+"""
+
+GOOD_REPRODUCER = PROGRAM_PREAMBLE + """
 report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
 for step in range(args.steps):
     report(event="step", step=step, rank=0, loss=1.0 / (step + 1), time=time.time())

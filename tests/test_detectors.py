@@ -5,19 +5,12 @@ from runners.detectors import all_plugins, get_plugin
 from runners.execution import execute
 from runners.services import detector_record
 
-from .factories import ReproducerVersionFactory, RunFactory
+from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory, RunFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
-TRAINING = """
-import argparse, json, os, time
+TRAINING = PROGRAM_PREAMBLE + """
 import torch
-parser = argparse.ArgumentParser()
-parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
-args = parser.parse_args()
-def report(**record):
-    with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
-        f.write(json.dumps(record) + "\\n")
 torch.manual_seed(args.seed)
 model = torch.nn.Linear(4, 1)
 {setup}
@@ -191,15 +184,8 @@ def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
     assert all(alarm["evidence"]["param_indices"] == [0] for alarm in outcome.alarms)
 
 
-TWO_WAYS = """
-import argparse, json, os, time
+TWO_WAYS = PROGRAM_PREAMBLE + """
 import torch
-parser = argparse.ArgumentParser()
-parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
-args = parser.parse_args()
-def report(**record):
-    with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
-        f.write(json.dumps(record) + "\\n")
 torch.manual_seed(args.seed)
 w = torch.zeros(4, requires_grad=True)
 optimizer = torch.optim.SGD([w], lr=0.1)

@@ -6,7 +6,7 @@ from runners.models import FitArtifact, Run, RunStatus
 from runners.services import detector_record
 from runners.tasks import execute_run
 
-from .factories import ReproducerFactory, ReproducerVersionFactory, RunFactory
+from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory
 
 
 def test_models_to_track_finds_the_model_its_optimizer_is_built_from():
@@ -36,15 +36,8 @@ def test_violations_become_alarms_at_our_step_with_ranks_in_spawn_order():
     assert alarms[1]["evidence"]["traincheck_step"] == 3
 
 
-TRAINING = """
-import argparse, json, os, time
+TRAINING = PROGRAM_PREAMBLE + """
 import torch
-parser = argparse.ArgumentParser()
-parser.add_argument("--variant"); parser.add_argument("--seed", type=int); parser.add_argument("--steps", type=int)
-args = parser.parse_args()
-def report(**record):
-    with open(os.environ["SILENTBENCH_REPORT"], "a") as f:
-        f.write(json.dumps(record) + "\\n")
 torch.manual_seed(args.seed)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 scale = torch.nn.Parameter(torch.ones(1))
