@@ -140,6 +140,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"VariantEnum": "runners.models.Variant"},  # runs and campaign requests share it
 }
 
 # --- Celery: the broker is transport, never truth. ---
