@@ -4,6 +4,7 @@ import time
 from django.core.management.base import CommandError
 from django.db.models import Max
 
+from .detectors import get_plugin
 from .models import Campaign
 
 
@@ -25,9 +26,12 @@ class CampaignStalled(CommandError):
 
 
 def stall_limit(campaign):
-    """No run can take longer than its time limit: twice the longest one, plus start-up slack."""
-    longest = campaign.runs.aggregate(longest=Max("reproducer_version__time_limit_seconds"))["longest"] or 60
-    return 2 * longest + 120
+    """No run can stay running longer than its allowance (its time limit under its detector, fit
+    included): twice the longest one, plus start-up slack."""
+    longest_by_detector = campaign.runs.values_list("detector__name").annotate(
+        longest=Max("reproducer_version__time_limit_seconds"))
+    allowances = [get_plugin(name).run_allowance(longest) for name, longest in longest_by_detector]
+    return 2 * max(allowances, default=60) + 120
 
 
 def wait_for_campaign(campaign, write, timeout=None, interval=1.0, watchdog=None):

@@ -205,9 +205,7 @@ def do_requeue_stale_runs(now=None):
     now = now or timezone.now()
     requeued = []
     for run in Run.objects.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
-        plugin = get_plugin(run.detector.name)
-        # an outer-command detector may take longer, and the first run of a fitted detector fits first
-        allowed = run.reproducer_version.time_limit_seconds * plugin.time_limit_factor * (2 if plugin.needs_fit else 1)
+        allowed = get_plugin(run.detector.name).run_allowance(run.reproducer_version.time_limit_seconds)
         deadline = run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE
         if deadline < now:
             if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(

@@ -174,3 +174,17 @@ def test_retrying_failed_runs_queues_new_attempts_and_clears_their_results(djang
     done.refresh_from_db()
     assert (failed.status, failed.failure_reason, failed.attempts) == (RunStatus.QUEUED, "", 1)
     assert not failed.alarms.exists() and done.status == RunStatus.SUCCEEDED
+
+
+def test_a_campaign_counts_as_stalled_only_after_its_slowest_run_could_have_finished():
+    from runners.models import Campaign
+    from runners.progress import stall_limit
+    from runners.services import detector_record
+
+    campaign = Campaign.objects.create(name="c")
+    version = ReproducerVersionFactory(time_limit_seconds=60)
+    RunFactory(campaign=campaign, reproducer_version=version, detector=detector_record("plain"))
+    assert stall_limit(campaign) == 2 * 60 + 120
+    # TrainCheck may run 8x longer and fit first: waiting only 240 s would call a healthy fit a stall
+    RunFactory(campaign=campaign, reproducer_version=version, detector=detector_record("traincheck"))
+    assert stall_limit(campaign) == 2 * (60 * 8 * 2) + 120

@@ -40,6 +40,11 @@ class DetectorPlugin:
     def install(self, probe):
         raise NotImplementedError
 
+    def run_allowance(self, time_limit_seconds):
+        """The longest a run may legitimately stay 'running': its time limit under this detector, twice
+        over when the detector may fit first. The reaper and the stall watchdog both go by it."""
+        return time_limit_seconds * self.time_limit_factor * (2 if self.needs_fit else 1)
+
     def tool_version(self):
         """Version of the outside tool the detector drives, if any (part of a fit artifact's key)."""
         return ""

@@ -56,9 +56,10 @@ def models_to_track(source):
     """Variable names of the models whose optimizer TrainCheck's sampler can hook, or [] for API tracing only.
 
     The sampler hooks the first line of the *rewritten* source (``ast.unparse`` after TrainCheck's
-    imports, which prints the module docstring on one line) that contains the model's name, ``=`` and ``optimizer``. We
-    take the model of an ``optimizer = SomeOptimizer(<model>[.sub].parameters(), ...)`` line, and
-    only if TrainCheck would pick that very line; otherwise its hook would land in a docstring.
+    imports, which prints the module docstring on one line) that contains the model's name, ``=``
+    and ``optimizer``. We take the model of the first ``x = SomeOptimizer(<model>[.sub].parameters(),
+    ...)`` line (a later one may build a rank-0-only reference that rank 1 lacks), and only if
+    TrainCheck would hook that very line; otherwise its hook would land in a docstring.
     """
     try:
         tree = ast.parse(source)
@@ -244,5 +245,5 @@ class TrainCheck(DetectorPlugin):
 class TrainCheckFull(TrainCheck):
     name = "traincheck_full"
     description = ("TrainCheck with full trace collection: every torch API call and model variable is traced, "
-                   "then checked against the same invariants. Slower, fewer false failures than selective.")
+                   "then checked against the same invariants as selective collection; much slower.")
     default_config = {**TrainCheck.default_config, "collection": "full"}
