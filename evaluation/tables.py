@@ -47,23 +47,21 @@ def judged_runs(runs):
 
 def detection_table(runs=None):
     runs = (runs if runs is not None else Run.objects.all()).filter(reproducer_version__reproducer__bug__isnull=False)
-    judged = judged_runs(runs)
-    cells = defaultdict(lambda: defaultdict(list))
-    for row, verdict, _ in judged:
+    cells = defaultdict(list)
+    for row, verdict, _ in judged_runs(runs):
         key = (row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
                row["detector__name"])
-        cells[key][row["variant"]].append(verdict)
-        cells[key]["rows"].append(row)
+        cells[key].append((row, verdict))
     records = []
-    for (bug, reproducer, detector), by_variant in sorted(cells.items()):
-        buggy, fixed = by_variant.get("buggy", []), by_variant.get("fixed", [])
-        detected = [v for v in buggy if v.detected]
-        fixed_rules = {row["seed"]: {a.rule for a in row["alarms"]} for row in by_variant["rows"]
-                       if row["variant"] == "fixed"}
-        beyond_fixed = sum(1 for row in by_variant["rows"] if row["variant"] == "buggy" and row["seed"] in fixed_rules
+    for (bug, reproducer, detector), judged in sorted(cells.items()):
+        buggy = [(row, verdict) for row, verdict in judged if row["variant"] == "buggy"]
+        fixed = [(row, verdict) for row, verdict in judged if row["variant"] == "fixed"]
+        detected = [verdict for _, verdict in buggy if verdict.detected]
+        fixed_rules = {row["seed"]: {alarm.rule for alarm in row["alarms"]} for row, _ in fixed}
+        beyond_fixed = sum(1 for row, _ in buggy if row["seed"] in fixed_rules
                            and detected_beyond_clean(row["trigger_step"], row["alarms"], fixed_rules[row["seed"]]))
-        pre_trigger = sum(1 for v in buggy if v.any_false_alarm)
-        fixed_alarmed = sum(1 for v in fixed if v.any_false_alarm)
+        pre_trigger = sum(1 for _, verdict in buggy if verdict.any_false_alarm)
+        fixed_alarmed = sum(1 for _, verdict in fixed if verdict.any_false_alarm)
         records.append({
             "bug": bug, "reproducer": reproducer, "detector": detector,
             "buggy_runs": len(buggy), "detected_runs": len(detected),
