@@ -151,10 +151,14 @@ class ReproducerVersion(models.Model):
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
     review_note = models.TextField(blank=True)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="submitted_versions",
+        help_text="Empty for catalog-as-code versions, which arrive through code review.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["review_state", "created_at"])]
         constraints = [
             models.UniqueConstraint(fields=["reproducer", "content_hash"], name="unique_version_per_content")
         ]
@@ -170,6 +174,12 @@ class ReproducerVersion(models.Model):
     @property
     def is_approved(self):
         return self.review_state == ReviewState.APPROVED
+
+    def previous_version(self):
+        """The version of the same reproducer created just before this one (what a reviewer diffs against)."""
+        return (ReproducerVersion.objects.filter(reproducer_id=self.reproducer_id)
+                .filter(models.Q(created_at__lt=self.created_at) | models.Q(created_at=self.created_at, id__lt=self.id))
+                .order_by("-created_at", "-id").first())
 
     def save(self, *args, **kwargs):
         if self.pk is not None:

@@ -54,13 +54,28 @@ class Environment(models.Model):
         return f"{self.host} · torch {self.torch or '?'} · {self.gpu or 'CPU'}"
 
 
+class CampaignPurpose(models.TextChoices):
+    MANUAL = "manual", "Campaign"
+    VERIFICATION = "verification", "Verification"
+    EVALUATION = "evaluation", "Evaluation"
+
+
 class Campaign(models.Model):
-    """A batch of runs a user triggered. Progress is derived from its runs."""
+    """A batch of runs a user triggered. Progress is derived from its runs.
+
+    ``completed_at`` is set once, when its last run finishes (runners.services.do_complete_campaign);
+    a verification campaign then records the stability of what it ran.
+    """
 
     name = models.CharField(max_length=200)
+    purpose = models.CharField(max_length=16, choices=CampaignPurpose.choices, default=CampaignPurpose.MANUAL)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     parameters = models.JSONField(default=dict)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -71,6 +86,12 @@ class Campaign(models.Model):
 
     def get_absolute_url(self):
         return reverse("runners:campaign", args=[self.pk])
+
+    @property
+    def state(self):
+        if self.cancelled_at:
+            return "cancelled"
+        return "finished" if self.completed_at else "running"
 
     def progress(self):
         counts = dict(self.runs.values_list("status").annotate(n=models.Count("id")))

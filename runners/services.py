@@ -14,7 +14,7 @@ from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, Stabilit
 
 from .detectors import all_plugins, get_plugin
 from .environment import host_facts
-from .models import Alarm, Campaign, Detector, Environment, Run, RunStatus, Worker
+from .models import Alarm, Campaign, CampaignPurpose, Detector, Environment, Run, RunStatus, Worker
 
 logger = logging.getLogger(__name__)
 STALE_RUN_GRACE = timedelta(minutes=5)
@@ -60,7 +60,7 @@ def queue_for(version):
 
 
 def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixed"), seeds=(0,), steps=None,
-                       skip=None, enqueue=True):
+                       skip=None, enqueue=True, purpose=CampaignPurpose.MANUAL):
     """Create the runs of a campaign and enqueue them once the transaction commits.
 
     ``user`` is None for the operator's own management commands; a person needs the
@@ -77,7 +77,7 @@ def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixe
         raise ValidationError("A campaign needs at least one reproducer, detector, variant and seed.")
     with transaction.atomic():
         campaign = Campaign.objects.create(
-            name=name, created_by=user,
+            name=name, created_by=user, purpose=purpose,
             parameters={
                 "reproducers": [str(version) for version in versions],
                 "detectors": [str(detector) for detector in detectors],

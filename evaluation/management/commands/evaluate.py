@@ -19,6 +19,7 @@ from runners.detectors.traincheck import tool_version
 from runners.fitting import FitError, ensure_fit, is_fit_reference
 from runners.local_worker import wait_with_local_worker
 from runners.management.commands.run_campaign import csv
+from runners.models import CampaignPurpose
 from runners.progress import line_writer
 from runners.services import detector_record, do_create_campaign, runnable_versions, sync_detectors
 
@@ -95,7 +96,8 @@ class Command(BaseCommand):
 
         fits = self.fit(detectors, versions, since=timezone.now())
         campaign = do_create_campaign(None, "evaluation", versions, detectors, ["buggy", "fixed"],
-                                      list(range(options["seeds"])), skip=is_fit_reference)
+                                      list(range(options["seeds"])), skip=is_fit_reference,
+                                      purpose=CampaignPurpose.EVALUATION)
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs "
                           f"({len(versions)} programs x {len(detectors)} detectors x {options['seeds']} seed(s)).")
         wait_with_local_worker(campaign, write, "evaluate", options["concurrency"], start=not options["no_worker"])

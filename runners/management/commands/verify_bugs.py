@@ -5,6 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from runners.local_worker import wait_with_local_worker
+from runners.models import CampaignPurpose
 from runners.progress import line_writer
 from runners.services import detector_record, do_create_campaign, do_record_stability, runnable_versions
 
@@ -33,7 +34,8 @@ class Command(BaseCommand):
             raise CommandError(f"No approved CPU reproducer for: "
                                f"{', '.join(sorted(set(bugs) - {v.reproducer.bug.bug_id for v in versions}))}")
         campaign = do_create_campaign(None, f"verification k={seeds}", versions, [detector_record("plain")],
-                                      ["buggy", "fixed"], list(range(seeds)), steps)
+                                      ["buggy", "fixed"], list(range(seeds)), steps,
+                                      purpose=CampaignPurpose.VERIFICATION)
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} verification runs.")
         wait_with_local_worker(campaign, line_writer(sys.stdout), "verify", concurrency, start=not no_worker)
         checks = do_record_stability(campaign)
