@@ -1,9 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
+from accounts.api import ApiTokenViewSet, ObtainApiTokenView
 from bugs.api import BugViewSet, ReproducerVersionViewSet
 from evaluation.api import ResultsView
 from runners.api import AlarmViewSet, CampaignViewSet, DetectorViewSet, RunViewSet
@@ -16,6 +16,7 @@ router.register("detectors", DetectorViewSet, basename="detector")
 router.register("campaigns", CampaignViewSet, basename="campaign")
 router.register("runs", RunViewSet, basename="run")
 router.register("alarms", AlarmViewSet, basename="alarm")
+router.register("tokens", ApiTokenViewSet, basename="token")
 
 urlpatterns = [
     path("", include("bugs.urls")),
@@ -23,9 +24,10 @@ urlpatterns = [
     path("results/", include("evaluation.urls")),
     path("api/", include(router.urls)),
     path("api/results/", ResultsView.as_view(), name="api-results"),
-    path("api/token/", obtain_auth_token, name="api-token"),
+    path("api/token/", ObtainApiTokenView.as_view(), name="api-token"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("accounts.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("vendor/plotly.min.js", plotly_js, name="plotly-js"),

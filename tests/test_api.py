@@ -1,9 +1,10 @@
 """REST API: reading is open, triggering runs is a maintainer's right (token or session)."""
 import pytest
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.models import ApiToken
+from accounts.services import do_create_api_token
 from runners.models import Campaign, Run
 
 from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, UserFactory
@@ -23,7 +24,7 @@ def bug():
 def client_for(user=None):
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token(user, 'test')[1]}")
     return client
 
 
@@ -74,8 +75,8 @@ def test_unknown_detector_is_a_clear_400(bug):
 def test_token_endpoint_issues_tokens():
     user = UserFactory(username="alice")
     response = client_for().post(reverse("api-token"), {"username": "alice", "password": "a-long-test-password"})
-    assert response.status_code == 200
-    assert response.json()["token"] == Token.objects.get(user=user).key
+    assert response.status_code == 201
+    assert ApiToken.hash_secret(response.json()["token"]) == ApiToken.objects.get(user=user).key_hash
 
 
 def test_schema_and_docs_are_served():

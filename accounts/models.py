@@ -1,0 +1,33 @@
+import hashlib
+
+from django.conf import settings
+from django.db import models
+
+
+class ApiToken(models.Model):
+    """A named API credential. Only the SHA-256 of the secret is stored; the secret is shown once."""
+
+    PREFIX_LENGTH = 8
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=PREFIX_LENGTH, help_text="The secret's first characters, to recognise it.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self):
+        return self.revoked_at is None
+
+    @staticmethod
+    def hash_secret(secret):
+        return hashlib.sha256(secret.encode()).hexdigest()
