@@ -9,6 +9,7 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
+from evaluation.charts import stability_chart
 from runners.models import Run
 
 from .filters import BugFilter
@@ -62,6 +63,8 @@ def bug_detail(request, bug_id):
     return render(request, "bugs/bug_detail.html", {
         "bug": bug, "reproducers": reproducer_cards(reproducers), "runs": recent_runs(reproducers),
         "pygments_css": pygments_css(),
+        "stability_chart": stability_chart(StabilityCheck.objects.filter(reproducer_version__reproducer__bug=bug)
+                                           .select_related("environment", "reproducer_version__reproducer")),
     })
 
 

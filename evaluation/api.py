@@ -1,22 +1,36 @@
 import json
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import NotFound as NotFoundError
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .views import TABLES, selection, table_frame
+from .filters import OUTCOMES
+from .results import TABLES, NotFound, Results
 
 
 class ResultsView(APIView):
-    """The evaluation tables (same numbers as the results page and the exports)."""
+    """The evaluation tables (same numbers as the results page and the exports, for the same query)."""
 
     @extend_schema(parameters=[
         OpenApiParameter("evaluation", int, description="Stored tables of this evaluation (default: the latest)"),
         OpenApiParameter("campaign", int, description="Live tables over the runs of this campaign"),
+        OpenApiParameter("detector", str, many=True, description="Only these detectors"),
+        OpenApiParameter("bug", str, many=True, description="Only these bugs (IDs)"),
+        OpenApiParameter("framework", str, description="Only bugs of this framework"),
+        OpenApiParameter("fault_location", str, description="Only bugs whose fault lives here"),
+        OpenApiParameter("outcome", str, description="Only detection rows with this outcome: "
+                                                     + ", ".join(OUTCOMES)),
     ], responses={200: dict})
     def get(self, request):
-        evaluation, runs = selection(request)
-        body = {"evaluation": evaluation.pk if evaluation else None}
+        try:
+            results = Results(request.query_params)
+        except NotFound as error:
+            raise NotFoundError(str(error)) from error
+        if results.errors:
+            raise ValidationError(results.errors.get_json_data())
+        body = {"evaluation": results.evaluation.pk if results.evaluation else None}
         for name, (key, _, _) in TABLES.items():
-            body[key] = json.loads(table_frame(name, evaluation, runs).to_json(orient="records"))
+            body[key] = json.loads(results.table(name).to_json(orient="records"))
         return Response(body)

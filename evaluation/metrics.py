@@ -28,6 +28,7 @@ class RunVerdict:
     false_alarms: int  # alarms that cannot count as a detection: pre-trigger ones, or any on a clean run
     latency_steps: int | None = None
     latency_seconds: float | None = None
+    first_rule: str = ""  # the rule of the first qualifying alarm
 
     @property
     def any_false_alarm(self):
@@ -51,7 +52,7 @@ def judge_run(variant, trigger_step, trigger_time, alarms):
     if first.time is not None and trigger_time is not None:
         seconds = max(0.0, first.time - trigger_time)
     return RunVerdict(detected=True, false_alarms=false_alarms,
-                      latency_steps=first.step - trigger, latency_seconds=seconds)
+                      latency_steps=first.step - trigger, latency_seconds=seconds, first_rule=first.rule)
 
 
 def detected_beyond_clean(trigger_step, alarms, clean_rules):

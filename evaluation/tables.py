@@ -28,7 +28,8 @@ def judged_runs(runs):
     """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all."""
     rows = list(
         runs.filter(status=RunStatus.SUCCEEDED).values(
-            "id", "variant", "seed", "steps", "trigger_step", "trigger_time", "detector__name", "detector_summary",
+            "id", "variant", "seed", "steps", "trigger_step", "trigger_time", "manifested", "detector__name",
+            "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
         )
     )
@@ -45,10 +46,18 @@ def judged_runs(runs):
     ]
 
 
-def detection_table(runs=None):
-    runs = (runs if runs is not None else Run.objects.all()).filter(reproducer_version__reproducer__bug__isnull=False)
+def _judged(runs, judged):
+    """The judged runs given, or those of ``runs`` (default: all runs)."""
+    return judged if judged is not None else judged_runs(runs if runs is not None else Run.objects.all())
+
+
+def _of_bugs(judged):
+    return [item for item in judged if item[0]["reproducer_version__reproducer__bug__bug_id"] is not None]
+
+
+def detection_table(runs=None, judged=None):
     cells = defaultdict(list)
-    for row, verdict, _ in judged_runs(runs):
+    for row, verdict, _ in _of_bugs(_judged(runs, judged)):
         key = (row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
                row["detector__name"])
         cells[key].append((row, verdict))
@@ -76,16 +85,15 @@ def detection_table(runs=None):
     return pd.DataFrame.from_records(records, columns=DETECTION_COLUMNS)
 
 
-def false_positive_table(runs=None):
+def false_positive_table(runs=None, judged=None):
     """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines.
 
     A fitted detector never runs on a pipeline it was fitted on (runners.fitting), so every clean run
     here is a program not used to fit. ``per_check_fp_rate`` is TrainCheck's per-check rate, for
     detectors that report the rules they deploy: rules failed on clean runs / rules deployed, pooled.
     """
-    judged = judged_runs(runs if runs is not None else Run.objects.all())
     totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0, "deployed": 0, "failed": 0})
-    for row, verdict, alarm_count in judged:
+    for row, verdict, alarm_count in _judged(runs, judged):
         if row["variant"] != "fixed":
             continue
         total = totals[row["detector__name"]]
@@ -111,11 +119,10 @@ def false_positive_table(runs=None):
     return pd.DataFrame.from_records(records, columns=FALSE_POSITIVE_COLUMNS)
 
 
-def latency_table(runs=None):
+def latency_table(runs=None, judged=None):
     """Per detector, over detected buggy runs: steps and seconds from the trigger to the first alarm."""
-    runs = (runs if runs is not None else Run.objects.all()).filter(reproducer_version__reproducer__bug__isnull=False)
     by_detector = defaultdict(lambda: {"bugs": set(), "steps": [], "seconds": []})
-    for row, verdict, _ in judged_runs(runs):
+    for row, verdict, _ in _of_bugs(_judged(runs, judged)):
         if row["variant"] == "buggy" and verdict.detected:
             entry = by_detector[row["detector__name"]]
             entry["bugs"].add(row["reproducer_version__reproducer__bug__bug_id"])
@@ -129,6 +136,22 @@ def latency_table(runs=None):
         "max_latency_seconds": _round(max(entry["seconds"], default=None)),
     } for detector, entry in sorted(by_detector.items())]
     return pd.DataFrame.from_records(records, columns=LATENCY_COLUMNS)
+
+
+RUN_LATENCY_COLUMNS = ["detector", "bug", "reproducer", "seed", "run", "latency_steps", "latency_seconds", "rule"]
+
+
+def run_latencies(judged):
+    """One record per detected buggy run: the points of the latency plot (the latency table's medians
+    and maxima are taken over the same runs)."""
+    records = [{
+        "detector": row["detector__name"], "bug": row["reproducer_version__reproducer__bug__bug_id"],
+        "reproducer": row["reproducer_version__reproducer__name"], "seed": row["seed"], "run": row["id"],
+        "latency_steps": verdict.latency_steps, "latency_seconds": _round(verdict.latency_seconds),
+        "rule": verdict.first_rule,
+    } for row, verdict, _ in _of_bugs(judged) if row["variant"] == "buggy" and verdict.detected]
+    records.sort(key=lambda r: (r["detector"], r["bug"], r["reproducer"], r["seed"], r["run"]))
+    return pd.DataFrame.from_records(records, columns=RUN_LATENCY_COLUMNS)
 
 
 def matrix(detection):

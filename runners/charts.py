@@ -1,9 +1,43 @@
 """Plotly figures, returned as JSON-ready dicts (rendered with json_script, so text stays text)."""
 import json
+from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
+from django.utils.html import escape
 
 VARIANT_COLOURS = {"buggy": "#c0392b", "fixed": "#2471a3"}
+
+
+def label(value):
+    """Text for a plotly label or hover: plotly reads a few HTML tags in text (<b>, <a href>...), so
+    user text is entity-escaped and shows literally."""
+    return escape("" if value is None else str(value))
+
+
+def as_dict(figure):
+    return json.loads(figure.to_json())
+
+
+@dataclass
+class Chart:
+    """A figure and its numbers as a table (the same values, one click away under the plot).
+
+    ``table_id`` names a table already on the page that holds the numbers, instead of ``rows``.
+    """
+
+    id: str
+    figure: dict
+    columns: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    table_id: str = ""
+
+    @property
+    def figure_id(self):
+        return f"{self.id}-figure"
+
+    @property
+    def empty(self):
+        return not self.figure.get("data")
 
 
 def loss_figure(runs_with_alarms):
@@ -26,11 +60,11 @@ def loss_figure(runs_with_alarms):
                 x=[a.step for a in alarms], y=[loss_at.get(a.step) for a in alarms], mode="markers",
                 name=f"alarms ({run.variant})",
                 marker={"symbol": "x", "size": 12, "color": "#000" if run.variant == "buggy" else "#e67e22"},
-                text=[f"{a.rule}: {a.message}" for a in alarms], hoverinfo="text+x",
+                text=[label(f"{a.rule}: {a.message}") for a in alarms], hoverinfo="text+x",
             ))
         if run.trigger_step is not None and run.variant == "buggy":
             figure.add_vline(x=run.trigger_step, line_dash="dash", line_color="#888",
                              annotation_text="trigger step")
     figure.update_layout(xaxis_title="step", yaxis_title="loss", height=380, margin={"t": 30, "r": 10},
                          template="plotly_white", legend={"orientation": "h"})
-    return json.loads(figure.to_json())
+    return as_dict(figure)

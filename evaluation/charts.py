@@ -1,0 +1,135 @@
+"""The results plots, each a ``runners.charts.Chart``: a plotly figure (drawn in the browser from
+/vendor/plotly.min.js, passed with json_script) and the table of the numbers it shows."""
+import plotly.graph_objects as go
+
+from runners.charts import Chart, as_dict, label
+
+LAYOUT = {"template": "plotly_white", "margin": {"t": 30, "r": 10, "l": 10}}
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22"]
+
+
+def detection_heatmap(detection):
+    """Bug x detector, coloured by the fraction of buggy runs detected; cells read ``detected/buggy``."""
+    records = detection.to_dict("records")
+    detectors = sorted({r["detector"] for r in records})
+    bugs = sorted({(r["bug"], r["reproducer"]) for r in records})
+    cells = {(r["bug"], r["reproducer"], r["detector"]): r for r in records}
+    z, text, hover = [], [], []
+    for bug, reproducer in bugs:
+        z.append([]), text.append([]), hover.append([])
+        for detector in detectors:
+            cell = cells.get((bug, reproducer, detector))
+            if cell is None:
+                z[-1].append(None), text[-1].append(""), hover[-1].append("not run")
+                continue
+            false_alarms = (cell["fixed_runs_with_alarm"] or 0) + (cell["pre_trigger_false_alarm_runs"] or 0)
+            z[-1].append(cell["detection_rate"])
+            text[-1].append(f"{cell['detected_runs']}/{cell['buggy_runs']}" + (" FA" if false_alarms else ""))
+            hover[-1].append(label(f"detected {cell['detected_runs']}/{cell['buggy_runs']} buggy runs; "
+                                   f"{cell['outcome']}") + (f"<br>false alarms in {false_alarms} run(s)"
+                                                            if false_alarms else ""))
+    figure = go.Figure(go.Heatmap(
+        z=z, x=detectors, y=[f"{bug} ({reproducer})" for bug, reproducer in bugs], text=text, customdata=hover,
+        texttemplate="%{text}", zmin=0, zmax=1, xgap=2, ygap=2,
+        colorscale=[[0, "#f2f3f4"], [0.5, "#abebc6"], [1, "#1e8449"]],
+        colorbar={"title": {"text": "detected"}, "tickformat": ".0%"},
+        hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
+    ))
+    figure.update_layout(**LAYOUT, height=140 + 24 * len(bugs), xaxis={"side": "top", "tickangle": -30},
+                         yaxis={"autorange": "reversed", "automargin": True})
+    rows = [[r["bug"], r["reproducer"], r["detector"], r["detected_runs"], r["buggy_runs"], r["detection_rate"],
+             r["outcome"]] for r in sorted(records, key=lambda r: (r["bug"], r["reproducer"], r["detector"]))]
+    return Chart("detection-heatmap", as_dict(figure),
+                 ["bug", "reproducer", "detector", "detected runs", "buggy runs", "detection rate", "outcome"], rows)
+
+
+def false_positive_chart(false_positives):
+    """FP rate per detector with its Wilson 95% interval as error bars; the numbers are the FP table's."""
+    records = false_positives.to_dict("records")
+    figure = go.Figure(go.Bar(
+        x=[r["detector"] for r in records], y=[r["fp_rate"] for r in records], marker_color="#c0392b",
+        error_y={"type": "data", "symmetric": False, "array": [r["fp_ci_high"] - r["fp_rate"] for r in records],
+                 "arrayminus": [r["fp_rate"] - r["fp_ci_low"] for r in records]},
+        customdata=[[r["clean_runs_with_alarm"], r["clean_runs"], r["fp_ci_low"], r["fp_ci_high"]] for r in records],
+        hovertemplate="%{x}: %{y} (%{customdata[0]}/%{customdata[1]} clean runs alarmed)<br>"
+                      "Wilson 95%: [%{customdata[2]}, %{customdata[3]}]<extra></extra>",
+    ))
+    figure.update_layout(**LAYOUT, height=340, yaxis={"title": {"text": "FP rate (clean runs)"}, "range": [0, 1]})
+    return Chart("false-positive-chart", as_dict(figure), table_id="false-positives")
+
+
+def latency_chart(run_latencies):
+    """Per detector, the latency in steps of every detected buggy run (box with every run as a point)."""
+    figure = go.Figure()
+    for detector, runs in run_latencies.groupby("detector", sort=True):
+        records = runs.to_dict("records")
+        figure.add_trace(go.Box(
+            name=detector, y=[r["latency_steps"] for r in records], boxpoints="all", jitter=0.4, pointpos=0,
+            marker={"size": 5}, line={"width": 1},
+            text=[label(f"{r['bug']} ({r['reproducer']}) seed {r['seed']}, run {r['run']}, rule {r['rule']}")
+                  for r in records],
+            hovertemplate="%{text}<br>%{y} steps after the trigger<extra>%{fullData.name}</extra>",
+        ))
+    figure.update_layout(**LAYOUT, height=380, showlegend=False,
+                         yaxis={"title": {"text": "steps from trigger to first alarm"}, "rangemode": "tozero"})
+    rows = [[r["detector"], r["bug"], r["reproducer"], r["seed"], r["run"], r["latency_steps"], r["latency_seconds"],
+             r["rule"]] for r in run_latencies.to_dict("records")]
+    return Chart("latency-chart", as_dict(figure),
+                 ["detector", "bug", "reproducer", "seed", "run", "latency steps", "latency s", "first alarm rule"],
+                 rows)
+
+
+def overhead_chart(overhead):
+    """Median step-time and end-to-end ratios per detector (log axis: they span 1x to ~100x)."""
+    records = overhead.to_dict("records")
+    detectors = [r["detector"] for r in records]
+    figure = go.Figure([
+        go.Bar(name="step-time ratio", x=detectors, y=[r["median_step_time_ratio"] for r in records],
+               marker_color="#1f5f99", hovertemplate="%{x}: step time ×%{y}<extra></extra>"),
+        go.Bar(name="end-to-end ratio", x=detectors, y=[r["median_end_to_end_ratio"] for r in records],
+               marker_color="#b9770e", hovertemplate="%{x}: end to end ×%{y}<extra></extra>"),
+    ] if records else [])
+    figure.add_hline(y=1, line_dash="dot", line_color="#888")
+    figure.update_layout(**LAYOUT, height=360, barmode="group", legend={"orientation": "h"},
+                         yaxis={"type": "log", "title": {"text": "instrumented / plain (median over pairs)"}})
+    return Chart("overhead-chart", as_dict(figure), table_id="overhead")
+
+
+def environment_label(environment):
+    if environment is None:
+        return "environment not recorded"
+    return f"torch {environment.torch or '?'} · {environment.gpu or 'CPU'} · {environment.host}"
+
+
+def stability_chart(checks):
+    """A bug's stability checks over time: the fraction of seeds whose buggy (●) and fixed (✕) variants
+    manifested, one colour per environment (torch version, GPU or CPU, host)."""
+    checks = sorted(checks, key=lambda c: (c.checked_at, c.pk))
+    environments = list(dict.fromkeys(environment_label(c.environment) for c in checks))
+    figure = go.Figure()
+    for index, environment in enumerate(environments):
+        mine = [c for c in checks if environment_label(c.environment) == environment]
+        for variant, symbol in (("buggy", "circle"), ("fixed", "x")):
+            counts = [c.buggy_manifested if variant == "buggy" else c.fixed_manifested for c in mine]
+            figure.add_trace(go.Scatter(
+                x=[c.checked_at.isoformat() for c in mine], y=[n / c.seeds if c.seeds else None
+                                                                for n, c in zip(counts, mine)],
+                mode="lines+markers", name=label(f"{variant} · {environment}"),
+                legendgroup=str(index), line={"color": PALETTE[index % len(PALETTE)],
+                                              "dash": "solid" if variant == "buggy" else "dot"},
+                marker={"symbol": symbol, "size": 10},
+                text=[label(f"{c.reproducer_version.reproducer.name} @ {c.reproducer_version.short_hash}: "
+                            f"{variant} {n}/{c.seeds}, {c.get_verdict_display().lower()}"
+                            + (f", {c.failed_runs} failed" if c.failed_runs else "")) for n, c in zip(counts, mine)],
+                hovertemplate="%{x}<br>%{text}<extra></extra>",
+            ))
+    figure.update_layout(**LAYOUT, height=340, legend={"orientation": "h", "y": -0.25},
+                         yaxis={"title": {"text": "seeds manifesting"}, "range": [-0.05, 1.05], "tickformat": ".0%"})
+    rows = [[f"{c.checked_at:%Y-%m-%d %H:%M} UTC", c.reproducer_version.reproducer.name,
+             c.reproducer_version.short_hash,
+             environment_label(c.environment), f"{c.buggy_manifested}/{c.seeds}", f"{c.fixed_manifested}/{c.seeds}",
+             c.failed_runs, c.get_verdict_display()] for c in checks]
+    return Chart("stability-chart", as_dict(figure),
+                 ["checked at", "reproducer", "version", "environment", "buggy manifested", "fixed manifested",
+                  "failed runs", "verdict"], rows)

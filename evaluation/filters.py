@@ -1,0 +1,87 @@
+"""The results filter. One query string narrows the results page, its plots, its downloads, the API
+(/api/results/), the comparison and ``manage.py export`` alike: they all go through ``Criteria``."""
+from dataclasses import dataclass
+
+from django import forms
+
+from bugs.models import Bug, FaultLocation, Framework
+from runners.models import Detector
+
+from .metrics import Outcome
+
+ANY = [("", "any")]
+OUTCOMES = [Outcome.DETECTED, Outcome.FALSE_ALARM, Outcome.MISSED, Outcome.NO_DATA]
+
+
+class ResultFilterForm(forms.Form):
+    detector = forms.MultipleChoiceField(required=False, label="Detectors", widget=forms.CheckboxSelectMultiple)
+    bug = forms.MultipleChoiceField(required=False, label="Bugs", widget=forms.SelectMultiple(attrs={"size": 5}))
+    framework = forms.ChoiceField(required=False, choices=ANY + Framework.choices)
+    fault_location = forms.ChoiceField(required=False, choices=ANY + FaultLocation.choices,
+                                       label="Where the fault lives")
+    outcome = forms.ChoiceField(required=False, choices=ANY + [(o, o) for o in OUTCOMES],
+                                label="Matrix outcome", help_text="Rows of the detection matrix with this outcome")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["detector"].choices = [
+            (name, name) for name in Detector.objects.order_by("name").values_list("name", flat=True).distinct()]
+        bug_ids = Bug.objects.filter(reproducers__isnull=False).order_by("bug_id").values_list("bug_id", flat=True)
+        self.fields["bug"].choices = [(bug_id, bug_id) for bug_id in bug_ids.distinct()]
+
+    def criteria(self):
+        """The criteria of the fields that are valid (an invalid field narrows nothing; see ``errors``)."""
+        self.is_valid()
+        data = self.cleaned_data
+        return Criteria(detectors=tuple(data.get("detector") or ()), bugs=tuple(data.get("bug") or ()),
+                        framework=data.get("framework") or "", fault_location=data.get("fault_location") or "",
+                        outcome=data.get("outcome") or "")
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What the user narrowed the results to. Detectors and bug properties select runs (so every table
+    and plot is computed over the same runs); the outcome selects rows of the detection matrix."""
+
+    detectors: tuple = ()
+    bugs: tuple = ()
+    framework: str = ""
+    fault_location: str = ""
+    outcome: str = ""
+
+    @property
+    def narrows_bugs(self):
+        return bool(self.bugs or self.framework or self.fault_location)
+
+    def __bool__(self):
+        return bool(self.detectors or self.narrows_bugs or self.outcome)
+
+    def bug_queryset(self):
+        bugs = Bug.objects.all()
+        if self.bugs:
+            bugs = bugs.filter(bug_id__in=self.bugs)
+        if self.framework:
+            bugs = bugs.filter(framework=self.framework)
+        if self.fault_location:
+            bugs = bugs.filter(fault_location=self.fault_location)
+        return bugs
+
+    def runs(self, runs):
+        """Runs of the chosen detectors on the chosen bugs (clean reference pipelines drop out once
+        the bugs are narrowed, since they belong to no bug)."""
+        if self.detectors:
+            runs = runs.filter(detector__name__in=self.detectors)
+        if self.narrows_bugs:
+            runs = runs.filter(reproducer_version__reproducer__bug__in=self.bug_queryset())
+        return runs
+
+    def rows(self, frame, outcome=False):
+        """Rows of a table (a DataFrame with a ``detector`` and maybe a ``bug`` column) that match."""
+        keep = frame.index == frame.index
+        if self.detectors and "detector" in frame:
+            keep &= frame["detector"].isin(self.detectors)
+        if self.narrows_bugs and "bug" in frame:
+            keep &= frame["bug"].isin(set(self.bug_queryset().values_list("bug_id", flat=True)))
+        if outcome and self.outcome and "outcome" in frame:
+            keep &= frame["outcome"] == self.outcome
+        return frame[keep].reset_index(drop=True)

@@ -1,0 +1,62 @@
+from django import forms
+from django.core.management.base import BaseCommand, CommandError
+from django.http import QueryDict
+
+from bugs.exports import catalog_filter, catalog_table
+from bugs.filters import BugFilter
+from evaluation.filters import ResultFilterForm
+from evaluation.results import TABLES, NotFound, Results, export_text
+from evaluation.tables import EXPORT_FORMATS
+
+
+def filter_fields():
+    """{name: multiple?} of every filter field of the results and of the catalog: one option each."""
+    fields = {name: isinstance(field, forms.MultipleChoiceField) for name, field in ResultFilterForm.base_fields.items()}
+    for name in BugFilter.base_filters:
+        fields.setdefault(name, False)
+    return fields
+
+
+class Command(BaseCommand):
+    help = ("Print a table exactly as the web download gives it for the same query: the results tables "
+            "(/results/TABLE.FORMAT, filtered like the results page) or the catalog (/catalog.FORMAT, filtered "
+            "like the catalog page). Options are the query string's fields, e.g. --detector nan_inf --detector "
+            "traincheck --framework pytorch; a multiple-choice option may also take comma-separated values.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("table", choices=["catalog", *TABLES])
+        parser.add_argument("--format", choices=list(EXPORT_FORMATS), default="csv")
+        parser.add_argument("--evaluation", type=int, help="stored tables of this evaluation (default: the latest)")
+        parser.add_argument("--campaign", type=int, help="live tables over the runs of this campaign")
+        for name, multiple in filter_fields().items():
+            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, action="append" if multiple else "store",
+                                help="repeatable" if multiple else None)
+
+    def handle(self, *args, **options):
+        query = QueryDict(mutable=True)
+        for name in ("evaluation", "campaign"):
+            if options[name] is not None:
+                query[name] = str(options[name])
+        for name, multiple in filter_fields().items():
+            value = options.get(name)
+            if value is None:
+                continue
+            if multiple:
+                query.setlist(name, [part for item in value for part in item.split(",") if part])
+            else:
+                query[name] = value
+        table, fmt = options["table"], options["format"]
+        if table == "catalog":
+            bugs = catalog_filter(query)
+            if not bugs.is_valid():
+                raise CommandError(f"Invalid filter: {bugs.errors.as_text()}")
+            frame = catalog_table(bugs.qs)
+        else:
+            try:
+                results = Results(query)
+            except NotFound as error:
+                raise CommandError(str(error)) from error
+            if results.errors:
+                raise CommandError(f"Invalid filter: {results.errors.as_text()}")
+            frame = results.table(table)
+        self.stdout.write(export_text(table, frame, fmt), ending="")

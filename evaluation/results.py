@@ -1,0 +1,124 @@
+"""The results a query string selects, for the results page, its plots and downloads, the API and
+``manage.py export``: which runs (a stored evaluation, a campaign, or every run) narrowed by the
+results filter. Everything that shows a number goes through ``Results``, so they all agree."""
+from functools import cached_property
+
+import pandas as pd
+from django.http import HttpResponse
+
+from runners.models import Run
+
+from .filters import ResultFilterForm
+from .models import Evaluation
+from .overhead import OVERHEAD_COLUMNS
+from .tables import (
+    DETECTION_COLUMNS,
+    EXPORT_FORMATS,
+    FALSE_POSITIVE_COLUMNS,
+    LATENCY_COLUMNS,
+    detection_table,
+    export,
+    false_positive_table,
+    judged_runs,
+    latency_table,
+    run_latencies,
+)
+
+# table name in URLs -> (key in Evaluation.tables, function over judged runs or None, columns). The columns
+# are explicit because PostgreSQL's jsonb does not keep the key order of stored records.
+TABLES = {
+    "detection": ("detection", detection_table, DETECTION_COLUMNS),
+    "false-positives": ("false_positives", false_positive_table, FALSE_POSITIVE_COLUMNS),
+    "latency": ("latency", latency_table, LATENCY_COLUMNS),
+    "overhead": ("overhead", None, OVERHEAD_COLUMNS),
+}
+
+
+class NotFound(LookupError):
+    """The query names an evaluation that does not exist."""
+
+
+def _id(query, name):
+    value = query.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def without_nan(frame):
+    """The frame with None for missing values (pandas' NaN would print as "nan")."""
+    return frame.astype(object).where(frame.notna(), None)
+
+
+class Results:
+    """``?evaluation=ID`` selects an evaluation's stored tables, ``?campaign=ID`` the live tables of a
+    campaign's runs; with neither, the latest evaluation, or every run if there is none. The filter
+    fields (``evaluation.filters``) narrow them.
+
+    A stored table is used as stored when the filter keeps whole rows of it (detectors, matrix outcome);
+    once the filter narrows the bugs, the false-positive and latency tables are recomputed from the
+    evaluation's runs, since their rows pool many bugs.
+    """
+
+    def __init__(self, query):
+        evaluation_id, campaign_id = _id(query, "evaluation"), _id(query, "campaign")
+        self.form = ResultFilterForm(query)
+        self.criteria = self.form.criteria()
+        self.evaluation = None
+        if campaign_id is not None:
+            runs = Run.objects.filter(campaign_id=campaign_id)
+        else:
+            evaluations = Evaluation.objects.select_related("campaign")
+            self.evaluation = (evaluations.filter(pk=evaluation_id) if evaluation_id is not None
+                               else evaluations).first()
+            if evaluation_id is not None and self.evaluation is None:
+                raise NotFound(f"No evaluation #{evaluation_id}.")
+            runs = self.evaluation.campaign.runs.all() if self.evaluation else Run.objects.all()
+        self.campaign_id = campaign_id
+        self.runs = self.criteria.runs(runs)
+
+    @property
+    def errors(self):
+        return self.form.errors
+
+    @cached_property
+    def judged(self):
+        return judged_runs(self.runs)
+
+    def _stored(self, key, columns):
+        return pd.DataFrame.from_records(self.evaluation.tables.get(key, []), columns=columns)
+
+    def table(self, name):
+        """One of TABLES as a DataFrame, filtered, with None for missing values."""
+        if name not in self._tables:
+            key, compute, columns = TABLES[name]
+            if self.evaluation is not None and (name in ("detection", "overhead") or not self.criteria.narrows_bugs):
+                frame = self._stored(key, columns)
+            elif compute is None:
+                frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
+            else:
+                frame = compute(judged=self.judged)
+            self._tables[name] = without_nan(self.criteria.rows(frame, outcome=name == "detection"))
+        return self._tables[name]
+
+    @cached_property
+    def _tables(self):
+        return {}
+
+    def run_latencies(self):
+        """Per detected buggy run (of the selected runs): the latency plot's points."""
+        return without_nan(run_latencies(self.judged))
+
+    @property
+    def fits(self):
+        fits = self.evaluation.tables.get("fits", []) if self.evaluation else []
+        return [f for f in fits if not self.criteria.detectors or f.get("detector") in self.criteria.detectors]
+
+
+def export_text(name, frame, fmt):
+    """The download of a table: the same text on the web and from ``manage.py export``."""
+    return export(frame, fmt, caption=f"SilentBench {name.replace('-', ' ')}")
+
+
+def download(name, frame, fmt):
+    response = HttpResponse(export_text(name, frame, fmt), content_type=f"{EXPORT_FORMATS[fmt]}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="silentbench-{name}.{fmt}"'
+    return response
