@@ -1,7 +1,17 @@
-from rest_framework import serializers, viewsets
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
 
 from .filters import BugFilter
+from .forms import SUBMITTED_BUG_FIELDS
 from .models import Bug, Reproducer, ReproducerVersion
+from .services import do_review_version, do_submit_reproducer
+from .submissions import read_uploads
 
 
 class ReproducerVersionSummarySerializer(serializers.ModelSerializer):
@@ -41,6 +51,17 @@ class BugViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Bug.objects.prefetch_related("reproducers__versions").order_by("bug_id")
 
 
+class ReviewSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class BugSubmissionFieldsSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Bug
+        fields = SUBMITTED_BUG_FIELDS
+
+
 class ReproducerVersionSerializer(ReproducerVersionSummarySerializer):
     reproducer = serializers.StringRelatedField()
 
@@ -54,3 +75,85 @@ class ReproducerVersionViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = ReproducerVersionSerializer
     queryset = ReproducerVersion.objects.select_related("reproducer__bug").order_by("id")
     filterset_fields = ["review_state", "content_hash", "reproducer__bug__bug_id"]
+
+    @extend_schema(request=ReviewSerializer, responses=ReproducerVersionSummarySerializer)
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    def review(self, request, pk=None):
+        """A maintainer approves (verification runs start) or rejects (a note is required) this version."""
+        review = ReviewSerializer(data=request.data)
+        review.is_valid(raise_exception=True)
+        try:
+            version = do_review_version(self.get_object(), request.user, review.validated_data["decision"] == "approve",
+                                        review.validated_data["note"])
+        except DjangoPermissionDenied as error:
+            raise PermissionDenied(str(error)) from error
+        except DjangoValidationError as error:
+            raise ValidationError(error.messages) from error
+        return Response(ReproducerVersionSummarySerializer(version).data)
+
+
+class SubmissionSerializer(serializers.ModelSerializer):
+    """A new bug and its reproducer (multipart). With ``resubmit_to`` set to a bug ID of yours, only
+    ``files`` and ``reproducer_name`` are read: a new version of that bug's reproducer."""
+
+    resubmit_to = serializers.CharField(required=False, write_only=True,
+                                        help_text="ID of your own bug, to submit a new version of its reproducer.")
+    reproducer_name = serializers.SlugField(default="cpu", max_length=50, write_only=True)
+    files = serializers.ListField(child=serializers.FileField(), write_only=True,
+                                  help_text="reproducer.yaml and the program, or one .zip/.tar.gz of the folder.")
+    bug = serializers.CharField(source="reproducer.bug.bug_id", read_only=True)
+    reproducer = serializers.CharField(source="reproducer.name", read_only=True)
+
+    class Meta:
+        model = ReproducerVersion
+        fields = ["id", "bug", "reproducer", "content_hash", "review_state", "review_note", "reviewed_at",
+                  "created_at", "resubmit_to", "reproducer_name", "files"]
+        read_only_fields = ["content_hash", "review_state", "review_note", "reviewed_at", "created_at"]
+
+    def get_fields(self):
+        """The bug's own fields and validators (ID form and uniqueness, URLs), write-only here."""
+        fields = super().get_fields()
+        bug_fields = BugSubmissionFieldsSerializer().get_fields()
+        for name in SUBMITTED_BUG_FIELDS:
+            fields[name] = bug_fields[name]
+            fields[name].required = False
+            fields[name].write_only = True
+        return fields
+
+
+
+class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Your submissions. Submitting stores the code for review only: nothing runs before a maintainer
+    approves that exact version. Every problem found is returned at once, under ``files``."""
+
+    serializer_class = SubmissionSerializer
+    permission_classes = [permissions.IsAuthenticated]
+    parser_classes = [MultiPartParser, FormParser]
+
+    queryset = ReproducerVersion.objects.none()  # for the schema; get_queryset gives the caller's own
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return self.queryset
+        return (ReproducerVersion.objects.filter(submitted_by=self.request.user)
+                .select_related("reproducer__bug").order_by("-created_at", "-id"))
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        files, problems = read_uploads(data["files"])
+        bug = None
+        if data.get("resubmit_to"):
+            bug = Bug.objects.filter(bug_id=data["resubmit_to"]).first()
+            if bug is None:
+                raise ValidationError({"resubmit_to": f"No bug {data['resubmit_to']}."})
+        bug_fields = None if bug else {name: data.get(name, Bug._meta.get_field(name).get_default())
+                                       for name in SUBMITTED_BUG_FIELDS}
+        if problems:
+            raise ValidationError({"files": problems})
+        try:
+            serializer.instance = do_submit_reproducer(self.request.user, files, data["reproducer_name"], bug=bug,
+                                                       bug_fields=bug_fields)
+        except DjangoPermissionDenied as error:
+            raise PermissionDenied(str(error)) from error
+        except DjangoValidationError as error:
+            raise ValidationError({"files": error.messages}) from error

@@ -23,9 +23,9 @@ from .models import (
     ReproducerVersion,
     Reproduction,
     ReviewState,
-    Strategy,
     validate_bug_id,
 )
+from .submissions import manifest_problems
 
 BUG_FIELDS = {
     "title": str, "framework": str, "framework_versions": str, "fault_location": str,
@@ -36,7 +36,6 @@ BUG_FIELDS = {
 }
 REQUIRED_BUG_FIELDS = ("title", "framework", "fault_location", "root_cause", "symptom", "reproduction")
 CHOICES = {"framework": Framework, "fault_location": FaultLocation, "reproduction": Reproduction}
-REQUIRED_MANIFEST_FIELDS = ("entrypoint", "strategy", "default_steps", "needs")
 CATALOG_REVIEW_NOTE = "Catalog as code: reviewed and merged in the repository."
 IGNORED_NAMES = {"__pycache__", ".pytest_cache"}
 PIPELINES_DIR = "pipelines"  # catalog/pipelines/<name>/: clean reference pipelines, no bug
@@ -91,17 +90,13 @@ def parse_bug_yaml(path):
 def parse_reproducer_folder(folder):
     """(manifest, files) of a reproducer folder; every file is part of the version."""
     manifest = _read_yaml(folder / "reproducer.yaml")
-    missing = [name for name in REQUIRED_MANIFEST_FIELDS if name not in manifest]
-    if missing:
-        raise ValidationError(f"{folder}/reproducer.yaml: missing {', '.join(missing)}")
-    if manifest["strategy"] not in Strategy.values:
-        raise ValidationError(f"{folder}/reproducer.yaml: strategy must be one of {', '.join(Strategy.values)}")
     files = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not IGNORED_NAMES.intersection(path.relative_to(folder).parts):
             files[path.relative_to(folder).as_posix()] = path.read_text(encoding="utf-8")
-    if manifest["entrypoint"] not in files:
-        raise ValidationError(f"{folder}: entrypoint {manifest['entrypoint']!r} is not in the folder")
+    problems = manifest_problems(manifest, files)
+    if problems:
+        raise ValidationError(f"{folder}: {' '.join(problems)}")
     return manifest, files
 
 
@@ -122,6 +117,17 @@ def _read_yaml(path):
     if not isinstance(data, dict):
         raise ValidationError(f"{path}: expected a mapping")
     return data
+
+
+def reproducer_fields(manifest):
+    needs = manifest.get("needs") or {}
+    return {
+        "strategy": manifest["strategy"],
+        "strategy_note": str(manifest.get("strategy_note", "")).strip(),
+        "simulated": bool(manifest.get("simulated", False)),
+        "needs_cuda": bool(needs.get("cuda", False)),
+        "world_size": int(needs.get("world_size", 1)),
+    }
 
 
 def version_fields(manifest):
@@ -158,17 +164,10 @@ def load_catalog(root):
 
 def _load_reproducer(bug, folder, summary):
     manifest, files = parse_reproducer_folder(folder)
-    needs = manifest.get("needs") or {}
-    reproducer_fields = {
-        "strategy": manifest["strategy"],
-        "strategy_note": str(manifest.get("strategy_note", "")).strip(),
-        "simulated": bool(manifest.get("simulated", False)),
-        "needs_cuda": bool(needs.get("cuda", False)),
-        "world_size": int(needs.get("world_size", 1)),
-    }
-    reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=folder.name, defaults=reproducer_fields)
-    if not created and any(getattr(reproducer, k) != v for k, v in reproducer_fields.items()):
-        Reproducer.objects.filter(pk=reproducer.pk).update(**reproducer_fields)
+    fields = reproducer_fields(manifest)
+    reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=folder.name, defaults=fields)
+    if not created and any(getattr(reproducer, k) != v for k, v in fields.items()):
+        Reproducer.objects.filter(pk=reproducer.pk).update(**fields)
     digest = content_hash(files, manifest)
     if reproducer.versions.filter(content_hash=digest).exists():
         summary.unchanged += 1

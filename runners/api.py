@@ -1,11 +1,21 @@
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.response import Response
 
 from .models import Alarm, Campaign, Detector, Run, Variant
-from .services import detector_record, do_create_campaign, runnable_versions
+from .services import (
+    detector_record,
+    do_cancel_campaign,
+    do_create_campaign,
+    do_retry_failed_runs,
+    estimate_campaign,
+    runnable_versions,
+)
 
 
 class CanTriggerCampaigns(permissions.BasePermission):
@@ -69,6 +79,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
 class CampaignSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
+    state = serializers.ChoiceField(choices=["running", "finished", "cancelled"], read_only=True)
     bugs = serializers.ListField(child=serializers.CharField(), write_only=True,
                                  help_text="Bug IDs; each bug's CPU reproducers run at their latest approved version.")
     detectors = serializers.ListField(child=serializers.CharField(), write_only=True, help_text="Detector names.")
@@ -80,12 +91,22 @@ class CampaignSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Campaign
-        fields = ["id", "name", "created_at", "parameters", "progress", "bugs", "detectors", "variants", "seeds",
-                  "steps"]
-        read_only_fields = ["created_at", "parameters"]
+        fields = ["id", "name", "purpose", "state", "created_at", "completed_at", "cancelled_at", "parameters",
+                  "progress", "bugs", "detectors", "variants", "seeds", "steps"]
+        read_only_fields = ["purpose", "created_at", "completed_at", "cancelled_at", "parameters"]
 
     def get_progress(self, campaign) -> dict:
         return campaign.progress()
+
+
+class CampaignEstimateSerializer(serializers.Serializer):
+    runs = serializers.IntegerField()
+    seconds = serializers.IntegerField(help_text="Estimated seconds on one worker slot.")
+    guessed_runs = serializers.IntegerField(help_text="Runs with no earlier run to estimate from.")
+
+
+class CampaignRunIdsSerializer(serializers.Serializer):
+    runs = serializers.ListField(child=serializers.IntegerField())
 
 
 class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -97,6 +118,18 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def perform_create(self, serializer):
         data = serializer.validated_data
+        versions, detectors = self.resolve(data)
+        try:
+            serializer.instance = do_create_campaign(
+                self.request.user, data["name"], versions, detectors, data["variants"], data["seeds"],
+                data.get("steps"))
+        except DjangoPermissionDenied as error:
+            raise PermissionDenied(str(error)) from error
+        except DjangoValidationError as error:
+            raise ValidationError(error.messages) from error
+
+    @staticmethod
+    def resolve(data):
         versions = []
         for bug_id in data["bugs"]:
             found = runnable_versions([bug_id])
@@ -107,11 +140,26 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             detectors = [detector_record(name) for name in data["detectors"]]
         except KeyError as error:
             raise ValidationError({"detectors": error.args[0]}) from error
-        try:
-            serializer.instance = do_create_campaign(
-                self.request.user, data["name"], versions, detectors, data["variants"], data["seeds"],
-                data.get("steps"))
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
-        except DjangoValidationError as error:
-            raise ValidationError(error.messages) from error
+        return versions, detectors
+
+    @extend_schema(responses=CampaignEstimateSerializer)
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        """The number of runs a campaign would make and its estimated time; creates nothing."""
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        versions, detectors = self.resolve(data)
+        return Response(estimate_campaign(versions, detectors, data["variants"], data["seeds"]))
+
+    @extend_schema(request=None, responses=CampaignRunIdsSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel the runs not started yet; runs already executing finish."""
+        return Response({"runs": do_cancel_campaign(request.user, self.get_object())})
+
+    @extend_schema(request=None, responses=CampaignRunIdsSerializer)
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        """Queue the failed and cancelled runs again."""
+        return Response({"runs": do_retry_failed_runs(request.user, self.get_object())})

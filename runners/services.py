@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Avg
 from django.utils import timezone
 
 from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, StabilityCheck, StabilityVerdict
@@ -98,22 +99,91 @@ def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixe
 
 
 def do_retry_failed_runs(user, campaign, runs=None):
-    """Queue the failed runs of ``campaign`` (or those of ``runs``) again, as new attempts.
+    """Queue the failed and cancelled runs of ``campaign`` (or those of ``runs``) again, as new attempts.
 
-    Their results and alarms are cleared; the approval of each version is checked again when it
-    runs. Returns the IDs queued.
+    Their results and alarms are cleared and the campaign is open again; the approval of each version
+    is checked again when it runs. Returns the IDs queued.
     """
     if user is not None and not user.has_perm("runners.trigger_campaign"):
         raise PermissionDenied("Only maintainers can retry runs.")
-    runs = (runs if runs is not None else campaign.runs.all()).filter(campaign=campaign, status=RunStatus.FAILED)
+    runs = (runs if runs is not None else campaign.runs.all()).filter(
+        campaign=campaign, status__in=[RunStatus.FAILED, RunStatus.CANCELLED])
     with transaction.atomic():
         run_ids = list(runs.select_for_update().values_list("id", flat=True))
         Alarm.objects.filter(run_id__in=run_ids).delete()
         Run.objects.filter(pk__in=run_ids).update(
             status=RunStatus.QUEUED, failure_reason="", started_at=None, finished_at=None, worker=None,
             exit_code=None, wall_seconds=None, manifested=None, analysis_seconds=None, detector_summary={})
+        if run_ids:
+            Campaign.objects.filter(pk=campaign.pk).update(completed_at=None, cancelled_at=None, cancelled_by=None)
         transaction.on_commit(lambda: enqueue_runs(run_ids))
     return run_ids
+
+
+def do_cancel_campaign(user, campaign):
+    """Cancel the runs of ``campaign`` that have not started. Runs already executing finish and keep
+    their results (a reproducer is never killed half-way by a cancel). Returns the IDs cancelled."""
+    if user is not None and not user.has_perm("runners.trigger_campaign"):
+        raise PermissionDenied("Only maintainers can cancel campaigns.")
+    who = user.get_username() if user is not None else "the operator"
+    with transaction.atomic():
+        queued = campaign.runs.select_for_update().filter(status=RunStatus.QUEUED)
+        run_ids = list(queued.values_list("id", flat=True))
+        Run.objects.filter(pk__in=run_ids, status=RunStatus.QUEUED).update(
+            status=RunStatus.CANCELLED, failure_reason=f"Cancelled by {who} before it started.",
+            finished_at=timezone.now())
+        Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True).update(
+            cancelled_at=timezone.now(), cancelled_by=user)
+    do_complete_campaign(campaign)
+    return run_ids
+
+
+def do_complete_campaign(campaign):
+    """Mark ``campaign`` completed if none of its runs is queued or running; True for the one call
+    that does it. A completed verification campaign records the stability of what it ran."""
+    if Run.objects.filter(campaign=campaign, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
+        return False
+    with transaction.atomic():
+        if not Campaign.objects.filter(pk=campaign.pk, completed_at__isnull=True).update(completed_at=timezone.now()):
+            return False
+        campaign = Campaign.objects.get(pk=campaign.pk)
+        if campaign.purpose == CampaignPurpose.VERIFICATION and campaign.cancelled_at is None:
+            do_record_stability(campaign)
+    return True
+
+
+def do_start_verification(user, versions, seeds=3, steps=None):
+    """Verification of approved bug reproducers through the normal pipeline: k seeds of buggy and fixed,
+    no detector. Its stability is recorded when its last run finishes (do_complete_campaign)."""
+    names = ", ".join(str(version.reproducer) for version in versions[:3]) + (" ..." if len(versions) > 3 else "")
+    return do_create_campaign(user, f"verification k={seeds}: {names}", versions, [detector_record("plain")],
+                              ["buggy", "fixed"], list(range(seeds)), steps, purpose=CampaignPurpose.VERIFICATION)
+
+
+def estimate_campaign(versions, detectors, variants, seeds):
+    """How many runs a campaign would make and roughly how long they take on one worker slot.
+
+    Each run is estimated by the mean wall time of earlier succeeded runs of the same reproducer under
+    the same detector, else under any detector, else a third of its time limit (a guess, and said so).
+    """
+    reproducer_ids = {version.reproducer_id for version in versions}
+    means = {}
+    for reproducer_id, detector, seconds in (Run.objects.filter(
+            status=RunStatus.SUCCEEDED, reproducer_version__reproducer_id__in=reproducer_ids)
+            .values_list("reproducer_version__reproducer_id", "detector__name").annotate(mean=Avg("wall_seconds"))):
+        means[(reproducer_id, detector)] = seconds
+        means.setdefault((reproducer_id, None), seconds)
+    runs, seconds, guessed = 0, 0.0, 0
+    for version in versions:
+        for detector in detectors:
+            count = len(seeds) * sum(1 for variant in variants
+                                     if not (version.reproducer.is_reference_pipeline and variant != "fixed"))
+            mean = means.get((version.reproducer_id, detector.name), means.get((version.reproducer_id, None)))
+            if mean is None:
+                mean, guessed = version.time_limit_seconds / 3, guessed + count
+            runs += count
+            seconds += count * mean
+    return {"runs": runs, "seconds": round(seconds), "guessed_runs": guessed}
 
 
 def enqueue_runs(run_ids):

@@ -8,7 +8,14 @@ from .detectors import get_plugin
 from .execution import execute
 from .fitting import FitError, ensure_fit
 from .models import Run
-from .services import current_worker, do_claim_run, do_fail_run_without_executing, do_finish_run, do_requeue_stale_runs
+from .services import (
+    current_worker,
+    do_claim_run,
+    do_complete_campaign,
+    do_fail_run_without_executing,
+    do_finish_run,
+    do_requeue_stale_runs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +25,16 @@ def execute_run(run_id):
     run = do_claim_run(run_id, current_worker())
     if run is None:
         logger.info("run %s is not queued any more; nothing to do", run_id)
-        return
+    else:
+        try:
+            _execute_claimed(run)
+        finally:
+            if run.campaign_id:
+                do_complete_campaign(run.campaign)
+
+
+def _execute_claimed(run):
+    run_id = run.pk
     if not run.reproducer_version.is_approved:  # checked again here: no path runs unapproved code
         do_fail_run_without_executing(run, "Refused: this reproducer version is not approved by a maintainer.")
         return

@@ -6,5 +6,9 @@ app_name = "runners"
 urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run"),
     path("campaigns/", views.campaign_list, name="campaigns"),
+    path("campaigns/new/", views.campaign_new, name="campaign_new"),
     path("campaigns/<int:pk>/", views.campaign_detail, name="campaign"),
+    path("campaigns/<int:pk>/live/", views.campaign_live, name="campaign_live"),
+    path("campaigns/<int:pk>/cancel/", views.campaign_cancel, name="campaign_cancel"),
+    path("campaigns/<int:pk>/retry/", views.campaign_retry, name="campaign_retry"),
 ]

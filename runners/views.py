@@ -1,13 +1,23 @@
+from datetime import timedelta
 from functools import cache
 
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_POST
 
 from .charts import loss_figure
-from .models import FINISHED_STATUSES, Campaign, Run
+from .forms import CampaignForm
+from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, Worker
+from .services import do_cancel_campaign, do_create_campaign, do_retry_failed_runs, estimate_campaign
+
+TRIGGER_PERMISSION = "runners.trigger_campaign"
+ACTIVE_WORKER_WINDOW = timedelta(minutes=10)
 
 
 def run_detail(request, pk):
@@ -33,15 +43,71 @@ def campaign_list(request):
     return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": page.object_list})
 
 
-def campaign_detail(request, pk):
-    campaign = get_object_or_404(Campaign, pk=pk)
+def campaign_context(request, campaign):
+    """What the campaign page shows, and what its live part refreshes: progress, failures, one page of runs."""
+    status = request.GET.get("status", "")
     runs = campaign.runs.select_related("reproducer_version__reproducer__bug", "detector").order_by("id")
+    if status in RunStatus.values:
+        runs = runs.filter(status=status)
     page = Paginator(runs, 100).get_page(request.GET.get("page"))
+    failures = (campaign.runs.filter(status=RunStatus.FAILED).select_related("reproducer_version__reproducer__bug",
+                                                                               "detector").order_by("id")[:20])
     progress = campaign.progress()
-    return render(request, "runners/campaign_detail.html", {
-        "campaign": campaign, "progress": progress, "page_obj": page, "runs": page.object_list,
-        "live": progress["done"] < progress["total"],
-    })
+    return {"campaign": campaign, "progress": progress, "page_obj": page, "runs": page.object_list,
+            "failures": failures, "status": status, "statuses": RunStatus.choices,
+            "live": campaign.state == "running" and progress["done"] < progress["total"]}
+
+
+def campaign_detail(request, pk):
+    campaign = get_object_or_404(Campaign.objects.select_related("created_by", "cancelled_by"), pk=pk)
+    return render(request, "runners/campaign_detail.html", campaign_context(request, campaign))
+
+
+def campaign_live(request, pk):
+    """The live part of the campaign page, polled by the page while runs are queued or running."""
+    campaign = get_object_or_404(Campaign.objects.select_related("created_by", "cancelled_by"), pk=pk)
+    return render(request, "runners/campaign_live.html", campaign_context(request, campaign))
+
+
+@permission_required(TRIGGER_PERMISSION, raise_exception=True)
+def campaign_new(request):
+    """Pick bugs, detectors, variants and seeds; see the run count and estimated time; then confirm."""
+    form = CampaignForm(request.POST or None)
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        versions, detectors, variants, seeds, steps = form.plan()
+        if "confirm" in request.POST and versions:
+            campaign = do_create_campaign(request.user, form.cleaned_data["name"], versions, detectors, variants,
+                                          seeds, steps)
+            messages.success(request, f"Campaign queued: {campaign.runs.count()} runs.")
+            return redirect(campaign)
+        covered = {version.reproducer.bug.bug_id for version in versions if version.reproducer.bug_id}
+        preview = {**estimate_campaign(versions, detectors, variants, seeds), "versions": versions,
+                   "uncovered": sorted(set(form.cleaned_data["bugs"]) - covered),
+                   "workers": active_workers().count()}
+    return render(request, "runners/campaign_new.html", {"form": form, "preview": preview})
+
+
+def active_workers():
+    return Worker.objects.filter(last_seen__gte=timezone.now() - ACTIVE_WORKER_WINDOW)
+
+
+@require_POST
+@permission_required(TRIGGER_PERMISSION, raise_exception=True)
+def campaign_cancel(request, pk):
+    campaign = get_object_or_404(Campaign, pk=pk)
+    cancelled = do_cancel_campaign(request.user, campaign)
+    messages.info(request, f"Cancelled {len(cancelled)} queued run(s); runs already executing finish.")
+    return redirect(campaign)
+
+
+@require_POST
+@permission_required(TRIGGER_PERMISSION, raise_exception=True)
+def campaign_retry(request, pk):
+    campaign = get_object_or_404(Campaign, pk=pk)
+    queued = do_retry_failed_runs(request.user, campaign)
+    messages.info(request, f"Queued {len(queued)} failed or cancelled run(s) again.")
+    return redirect(campaign)
 
 
 @cache

@@ -105,7 +105,7 @@ def test_bad_bug_yaml_is_refused_with_the_reason_and_loads_nothing(catalog, brok
 
 def test_missing_entrypoint_is_refused(catalog):
     (catalog / "TEST-1" / "cpu" / "repro.py").unlink()
-    with pytest.raises(ValidationError, match="entrypoint 'repro.py' is not in the folder"):
+    with pytest.raises(ValidationError, match="entrypoint 'repro.py' is not among the files"):
         load_catalog(catalog)
 
 

@@ -4,10 +4,10 @@ import sys
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from bugs.models import StabilityCheck
 from runners.local_worker import wait_with_local_worker
-from runners.models import CampaignPurpose
 from runners.progress import line_writer
-from runners.services import detector_record, do_create_campaign, do_record_stability, runnable_versions
+from runners.services import do_complete_campaign, do_start_verification, runnable_versions
 
 from .run_campaign import csv
 
@@ -33,12 +33,11 @@ class Command(BaseCommand):
         if bugs and {v.reproducer.bug.bug_id for v in versions} != set(bugs):
             raise CommandError(f"No approved CPU reproducer for: "
                                f"{', '.join(sorted(set(bugs) - {v.reproducer.bug.bug_id for v in versions}))}")
-        campaign = do_create_campaign(None, f"verification k={seeds}", versions, [detector_record("plain")],
-                                      ["buggy", "fixed"], list(range(seeds)), steps,
-                                      purpose=CampaignPurpose.VERIFICATION)
+        campaign = do_start_verification(None, versions, seeds, steps)
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} verification runs.")
         wait_with_local_worker(campaign, line_writer(sys.stdout), "verify", concurrency, start=not no_worker)
-        checks = do_record_stability(campaign)
+        do_complete_campaign(campaign)  # normally done by the worker that finished the last run
+        checks = list(StabilityCheck.objects.filter(campaign=campaign).select_related("reproducer_version__reproducer"))
         self.report(campaign, checks)
         if any(check.verdict != "verified" for check in checks):
             raise CommandError("Not every reproducer verified; see the table above.")

@@ -1,0 +1,136 @@
+"""Submitting bugs and reproducers, and the maintainers' review queue."""
+import difflib
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Max
+from django.shortcuts import get_object_or_404, redirect, render
+
+from runners.models import Campaign, CampaignPurpose, Run
+
+from .forms import BugSubmissionForm, ReproducerFilesForm, ReviewForm
+from .models import Bug, ReproducerVersion, ReviewState
+from .services import can_resubmit, do_review_version, do_submit_reproducer
+from .submissions import SubmissionLimits, read_uploads, reproducer_problems
+from .views import highlighted, pygments_css
+
+APPROVE_PERMISSION = "bugs.approve_reproducerversion"
+
+
+def _submit(request, form, bug=None):
+    """Check the form and the files together, so that every problem is reported at once."""
+    files, problems = read_uploads(request.FILES.getlist("files")) if request.FILES else ({}, [])
+    if files and not problems:
+        problems = reproducer_problems(files)[1]
+    if form.is_valid() and not problems:
+        try:
+            return do_submit_reproducer(request.user, files, form.cleaned_data["reproducer_name"], bug=bug,
+                                        bug_fields=None if bug else form.bug_fields())
+        except ValidationError as error:
+            problems = error.messages
+    for problem in problems:
+        form.add_error(None, problem)
+    return None
+
+
+@login_required
+def submit_bug(request):
+    form = BugSubmissionForm(request.POST or None, request.FILES or None)
+    if request.method == "POST":
+        version = _submit(request, form)
+        if version is not None:
+            messages.success(request, f"{version.reproducer.bug.bug_id} was submitted. A maintainer will read the "
+                                      f"code; nothing runs before they approve it.")
+            return redirect("bugs:my_submissions")
+    return render(request, "bugs/submit.html", {"form": form, "bug": None, "limits": limits_for_humans()})
+
+
+@login_required
+def resubmit(request, bug_id):
+    bug = get_object_or_404(Bug, bug_id=bug_id)
+    if not can_resubmit(request.user, bug):
+        raise PermissionDenied("Only the bug's submitter or a maintainer can submit new versions of it.")
+    form = ReproducerFilesForm(request.POST or None, request.FILES or None)
+    if request.method == "POST":
+        version = _submit(request, form, bug=bug)
+        if version is not None:
+            messages.success(request, f"New version {version.short_hash} of {version.reproducer} waits for review.")
+            return redirect("bugs:my_submissions")
+    return render(request, "bugs/submit.html", {"form": form, "bug": bug, "limits": limits_for_humans()})
+
+
+def limits_for_humans():
+    limits = SubmissionLimits.from_settings()
+    return {"max_files": limits.max_files, "max_file_kib": limits.max_file_bytes // 1024,
+            "max_total_kib": limits.max_total_bytes // 1024}
+
+
+@login_required
+def my_submissions(request):
+    versions = (ReproducerVersion.objects.filter(submitted_by=request.user)
+                .select_related("reproducer__bug", "reviewed_by").defer("files").order_by("-created_at", "-id"))
+    page = Paginator(versions, 25).get_page(request.GET.get("page"))
+    attach_verifications(page.object_list)
+    return render(request, "bugs/my_submissions.html", {"page_obj": page, "versions": page.object_list})
+
+
+def attach_verifications(versions):
+    """Set ``version.verification`` to the latest verification campaign that ran each version (or None)."""
+    latest = dict(Run.objects.filter(reproducer_version__in=versions, campaign__purpose=CampaignPurpose.VERIFICATION)
+                  .values_list("reproducer_version_id").annotate(campaign=Max("campaign_id")))
+    campaigns = Campaign.objects.in_bulk(latest.values())
+    for version in versions:
+        version.verification = campaigns.get(latest.get(version.pk))
+
+
+@permission_required(APPROVE_PERMISSION, raise_exception=True)
+def review_queue(request):
+    pending = (ReproducerVersion.objects.filter(review_state=ReviewState.PENDING)
+               .select_related("reproducer__bug", "submitted_by").defer("files").order_by("created_at", "id"))
+    recent = (ReproducerVersion.objects.exclude(review_state=ReviewState.PENDING).exclude(submitted_by=None)
+              .select_related("reproducer__bug", "submitted_by", "reviewed_by").defer("files")
+              .order_by("-reviewed_at", "-id")[:20])
+    page = Paginator(pending, 25).get_page(request.GET.get("page"))
+    return render(request, "bugs/review_queue.html", {"page_obj": page, "pending": page.object_list,
+                                                      "recent": recent})
+
+
+def file_diffs(previous, version):
+    """[(path, change, highlighted unified diff)] between two versions' files; all files if there is no previous."""
+    before = previous.files if previous else {}
+    diffs = []
+    for path in sorted(set(before) | set(version.files)):
+        old, new = before.get(path), version.files.get(path)
+        if old == new:
+            continue
+        change = "added" if old is None else "removed" if new is None else "changed"
+        lines = difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+                                     fromfile=f"a/{path}", tofile=f"b/{path}")
+        diffs.append((path, change, highlighted("change.diff", "".join(lines))))
+    return diffs
+
+
+@permission_required(APPROVE_PERMISSION, raise_exception=True)
+def review_version(request, pk):
+    version = get_object_or_404(ReproducerVersion.objects.select_related("reproducer__bug", "submitted_by"), pk=pk)
+    form = ReviewForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        approve = form.cleaned_data["decision"] == "approve"
+        try:
+            do_review_version(version, request.user, approve, form.cleaned_data["note"])
+        except ValidationError as error:
+            form.add_error(None, " ".join(error.messages))
+        else:
+            if approve:
+                messages.success(request, f"{version} approved; its verification runs are queued.")
+            else:
+                messages.info(request, f"{version} rejected; the submitter sees your reason.")
+            return redirect("bugs:review_queue")
+    previous = version.previous_version()
+    return render(request, "bugs/review_detail.html", {
+        "version": version, "bug": version.reproducer.bug, "previous": previous, "form": form,
+        "files": [(name, highlighted(name, text)) for name, text in sorted(version.files.items())],
+        "diffs": file_diffs(previous, version), "pygments_css": pygments_css(),
+    })

@@ -1,0 +1,76 @@
+import re
+
+from django import forms
+
+from bugs.models import Bug, BugStatus, Reproducer, ReviewState
+
+from .detectors import all_plugins
+from .services import detector_record, runnable_versions
+
+MAX_SEEDS = 100
+
+
+def parse_seeds(text):
+    """'0-2, 7' -> [0, 1, 2, 7]."""
+    seeds = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+        if not match:
+            raise forms.ValidationError(f"{part!r} is not a seed or a range such as 0-4.")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first or last - first >= MAX_SEEDS:
+            raise forms.ValidationError(f"{part!r}: give a rising range of at most {MAX_SEEDS} seeds.")
+        seeds.update(range(first, last + 1))
+    if not seeds or len(seeds) > MAX_SEEDS:
+        raise forms.ValidationError(f"Give between 1 and {MAX_SEEDS} seeds.")
+    return sorted(seeds)
+
+
+class CampaignForm(forms.Form):
+    """What a maintainer picks; ``plan()`` turns it into approved versions and detector records."""
+
+    name = forms.CharField(max_length=200)
+    bugs = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    pipelines = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                          help_text="Clean pipelines: fixed variant only, for false positives.")
+    include_cuda = forms.BooleanField(required=False, label="Include CUDA reproducers (they need a GPU worker)")
+    detectors = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    variants = forms.MultipleChoiceField(choices=[("buggy", "buggy"), ("fixed", "fixed")],
+                                         initial=["buggy", "fixed"], widget=forms.CheckboxSelectMultiple)
+    seeds = forms.CharField(initial="0", help_text="Seeds or ranges, e.g. 0-2 or 0, 5, 9.")
+    steps = forms.IntegerField(required=False, min_value=1, max_value=100_000,
+                               help_text="Leave empty for each reproducer's default.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        approved = Reproducer.objects.filter(versions__review_state=ReviewState.APPROVED)
+        bugs = (Bug.objects.filter(reproducers__in=approved).exclude(status=BugStatus.DEPRECATED)
+                .distinct().order_by("bug_id").values_list("bug_id", "title"))
+        self.fields["bugs"].choices = [(bug_id, f"{bug_id}: {title}") for bug_id, title in bugs]
+        self.fields["pipelines"].choices = [
+            (name, name) for name in approved.filter(bug__isnull=True).distinct().order_by("name")
+            .values_list("name", flat=True)]
+        self.fields["detectors"].choices = [(name, f"{name}: {plugin.description}")
+                                            for name, plugin in all_plugins().items()]
+
+    def clean_seeds(self):
+        return parse_seeds(self.cleaned_data["seeds"])
+
+    def clean(self):
+        data = super().clean()
+        if not data.get("bugs") and not data.get("pipelines"):
+            raise forms.ValidationError("Pick at least one bug or pipeline.")
+        return data
+
+    def plan(self):
+        """(versions, detectors, variants, seeds, steps) of a valid form."""
+        data = self.cleaned_data
+        versions = []
+        if data["bugs"]:
+            versions += runnable_versions(data["bugs"])
+            if data["include_cuda"]:
+                versions += runnable_versions(data["bugs"], cuda=True)
+        if data["pipelines"]:
+            versions += [v for v in runnable_versions(pipelines=True) if v.reproducer.name in data["pipelines"]]
+        detectors = [detector_record(name) for name in data["detectors"]]
+        return versions, detectors, data["variants"], data["seeds"], data["steps"]
