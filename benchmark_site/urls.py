@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ApiTokenViewSet, ObtainApiTokenView
-from bugs.api import BugViewSet, ReproducerVersionViewSet
+from bugs.api import BugViewSet, ReproducerVersionViewSet, SubmissionViewSet
 from evaluation.api import ResultsView
 from runners.api import AlarmViewSet, CampaignViewSet, DetectorViewSet, RunViewSet
 from runners.views import plotly_js
@@ -12,6 +12,7 @@ from runners.views import plotly_js
 router = DefaultRouter()
 router.register("bugs", BugViewSet, basename="bug")
 router.register("reproducer-versions", ReproducerVersionViewSet, basename="reproducer-version")
+router.register("submissions", SubmissionViewSet, basename="submission")
 router.register("detectors", DetectorViewSet, basename="detector")
 router.register("campaigns", CampaignViewSet, basename="campaign")
 router.register("runs", RunViewSet, basename="run")
