@@ -177,9 +177,13 @@ class Comparison:
 def compare_query(query):
     """(compare form, filter form, Comparison or None) for a query string: ``a`` and ``b`` name the
     sides, ``only_changes`` and the results filter fields (detectors, bugs...) narrow the rows."""
-    form = CompareForm(query if ("a" in query or "b" in query) else None)
+    if not (query.get("a") and query.get("b")):  # a side or none chosen yet: preselect, no errors
+        form = CompareForm(initial={"a": query.get("a", ""), "b": query.get("b", ""),
+                                    "only_changes": bool(query.get("only_changes"))})
+    else:
+        form = CompareForm(query)
     filters = ResultFilterForm(query)
-    if not form.is_valid():
+    if not form.is_bound or not form.is_valid():
         return form, filters, None
     criteria = filters.criteria()
     a, b = side(form.cleaned_data["a"]), side(form.cleaned_data["b"])

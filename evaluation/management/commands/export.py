@@ -11,7 +11,8 @@ from evaluation.tables import EXPORT_FORMATS
 
 def filter_fields():
     """{name: multiple?} of every filter field of the results and of the catalog: one option each."""
-    fields = {name: isinstance(field, forms.MultipleChoiceField) for name, field in ResultFilterForm.base_fields.items()}
+    fields = {name: isinstance(field, forms.MultipleChoiceField)
+              for name, field in ResultFilterForm.base_fields.items()}
     for name in BugFilter.base_filters:
         fields.setdefault(name, False)
     return fields

@@ -1,0 +1,208 @@
+"""The results plots and the stability history: each figure's numbers equal the table beside it."""
+import json
+import statistics
+from html.parser import HTMLParser
+
+import pytest
+
+from bugs.models import StabilityCheck
+from evaluation.models import Evaluation
+from runners.models import Alarm, Campaign, Environment
+from runners.services import detector_record
+
+from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE = "<script>alert('pwned')</script>"
+
+
+class _Tables(HTMLParser):
+    """The cell texts of one table of a page, by id."""
+
+    def __init__(self, table_id):
+        super().__init__()
+        self.table_id, self.inside, self.rows, self.cell = table_id, False, [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and dict(attrs).get("id") == self.table_id:
+            self.inside = True
+        elif self.inside and tag == "tr":
+            self.rows.append([])
+        elif self.inside and tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.inside = False
+        elif self.inside and tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(" ".join(self.cell.split()))
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def table(page, table_id):
+    """[{header: cell text}] of the table with this id."""
+    parser = _Tables(table_id)
+    parser.feed(page)
+    header, *rows = parser.rows
+    return [dict(zip(header, row)) for row in rows]
+
+
+def figure(page, figure_id):
+    return json.loads(page.split(f'id="{figure_id}" type="application/json">', 1)[1].split("</script>", 1)[0])
+
+
+def number(text):
+    return None if text == "–" else float(text)
+
+
+def make_runs(bug_title="A test bug", rule="no_parameter_updated", campaign=None, environment=None):
+    """Two bugs x (param_not_updated, plain): a detection with latency 2, a pre-trigger false alarm,
+    a clean run with an alarm; the second bug's cuda reproducer is detected at latency 4."""
+    first = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-A", title=bug_title)))
+    second_bug = BugFactory(bug_id="TEST-B", framework="deepspeed", fault_location="framework")
+    second = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug))
+    cuda = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug, name="cuda"))
+    guard, plain = detector_record("param_not_updated"), detector_record("plain")
+
+    def run(version, detector, variant, alarm_steps=(), seed=0, manifested=None):
+        made = RunFactory(reproducer_version=version, detector=detector, variant=variant, status="succeeded",
+                          steps=10, trigger_step=3, trigger_time=100.0, seed=seed, campaign=campaign,
+                          environment=environment,
+                          manifested=(variant == "buggy") if manifested is None else manifested,
+                          step_records=[{"step": s, "rank": 0, "loss": 1.0, "time": 100.0 + s} for s in range(10)])
+        for step in alarm_steps:
+            Alarm.objects.create(run=made, step=step, rule=rule, message=HOSTILE, time=100.0 + step)
+        return made
+
+    return {
+        "detected": run(first, guard, "buggy", [5]),
+        "detected_seed_1": run(first, guard, "buggy", [3], seed=1),
+        "clean": run(first, guard, "fixed"),
+        "early": run(second, guard, "buggy", [1]),
+        "clean_fp": run(second, guard, "fixed", [4]),
+        "cuda": run(cuda, guard, "buggy", [7]),
+        "plain_buggy": run(first, plain, "buggy"),
+        "plain_fixed": run(first, plain, "fixed"),
+    }
+
+
+@pytest.fixture
+def runs():
+    return make_runs()
+
+
+def test_heatmap_cells_equal_its_table_and_the_detection_export(client, runs):
+    page = client.get("/results/").content.decode()
+    heatmap = figure(page, "detection-heatmap-figure")["data"][0]
+    rows = table(page, "detection-heatmap-table")
+    exported = client.get("/results/detection.json").json()
+    assert len(rows) == len(exported) == 4  # (A, B, B/cuda) x guard + A x plain
+    for row in rows:
+        x, y = heatmap["x"].index(row["detector"]), heatmap["y"].index(f"{row['bug']} ({row['reproducer']})")
+        assert heatmap["z"][y][x] == number(row["detection rate"])
+        assert heatmap["text"][y][x].startswith(f"{row['detected runs']}/{row['buggy runs']}")
+        assert row["outcome"] in heatmap["customdata"][y][x]
+    cell = {(r["bug"], r["reproducer"], r["detector"]): r for r in exported}[("TEST-A", "cpu", "param_not_updated")]
+    assert (cell["detected_runs"], cell["buggy_runs"]) == (2, 2)
+    assert heatmap["z"][heatmap["y"].index("TEST-A (cpu)")][heatmap["x"].index("param_not_updated")] == 1.0
+    assert heatmap["z"][heatmap["y"].index("TEST-B (cpu)")][heatmap["x"].index("plain")] is None  # not run
+
+
+def test_false_positive_bars_and_wilson_error_bars_equal_the_table(client, runs):
+    page = client.get("/results/").content.decode()
+    bars = figure(page, "false-positive-chart-figure")["data"][0]
+    rows = table(page, "false-positives")
+    assert bars["x"] == [row["Detector"] for row in rows] == ["param_not_updated", "plain"]
+    for i, row in enumerate(rows):
+        low, high = (float(v) for v in row["Wilson 95% CI"].strip("[]").split(","))
+        assert bars["y"][i] == float(row["FP rate"])
+        assert bars["y"][i] + bars["error_y"]["array"][i] == pytest.approx(high)
+        assert bars["y"][i] - bars["error_y"]["arrayminus"][i] == pytest.approx(low)
+    assert bars["y"][0] == 0.5 and bars["y"][1] == 0.0  # 1 of 2 clean runs alarmed; plain never alarms
+
+
+def test_latency_points_are_the_detected_runs_and_give_the_table_medians(client, runs):
+    page = client.get("/results/").content.decode()
+    boxes = {trace["name"]: trace for trace in figure(page, "latency-chart-figure")["data"]}
+    rows = table(page, "latency-chart-table")
+    assert set(boxes) == {"param_not_updated"}
+    assert sorted(boxes["param_not_updated"]["y"]) == sorted(int(r["latency steps"]) for r in rows) == [0, 2, 4]
+    assert {r["run"] for r in rows} == {str(runs[k].pk) for k in ("detected", "detected_seed_1", "cuda")}
+    summary = {row["Detector"]: row for row in table(page, "latency")}["param_not_updated"]
+    assert float(summary["Median steps"]) == statistics.median(boxes["param_not_updated"]["y"]) == 2
+    assert float(summary["Max steps"]) == max(boxes["param_not_updated"]["y"]) == 4
+
+
+def test_overhead_bars_equal_the_stored_table_on_a_log_axis(client):
+    overhead = [{"detector": "nan_inf", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 1.07,
+                 "median_end_to_end_ratio": 1.2},
+                {"detector": "traincheck_full", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 73.4,
+                 "median_end_to_end_ratio": 80.1}]
+    detector_record("traincheck_full")  # the filter offers the detectors the database knows
+    Evaluation.objects.create(campaign=Campaign.objects.create(name="evaluation"), parameters={"runs": 0},
+                              tables={"detection": [], "false_positives": [], "latency": [], "overhead": overhead})
+    page = client.get("/results/").content.decode()
+    chart = figure(page, "overhead-chart-figure")
+    step, end_to_end = chart["data"]
+    assert chart["layout"]["yaxis"]["type"] == "log"
+    rows = table(page, "overhead")
+    assert step["x"] == end_to_end["x"] == [row["Detector"] for row in rows]
+    assert step["y"] == [float(row["Step-time ratio"]) for row in rows] == [1.07, 73.4]
+    assert end_to_end["y"] == [float(row["End-to-end ratio"]) for row in rows] == [1.2, 80.1]
+    detector_only = figure(client.get("/results/", {"detector": "traincheck_full"}).content.decode(),
+                           "overhead-chart-figure")
+    assert detector_only["data"][0]["x"] == ["traincheck_full"]
+
+
+def test_plots_follow_the_filter(client, runs):
+    page = client.get("/results/", {"bug": "TEST-B"}).content.decode()
+    assert figure(page, "detection-heatmap-figure")["data"][0]["y"] == ["TEST-B (cpu)", "TEST-B (cuda)"]
+    assert sorted(figure(page, "latency-chart-figure")["data"][0]["y"]) == [4]
+    bars = figure(page, "false-positive-chart-figure")["data"][0]
+    assert bars["x"] == ["param_not_updated"] and bars["y"] == [1.0]  # TEST-B's one clean run alarmed
+    empty = client.get("/results/", {"outcome": "missed"}).content.decode()
+    assert "Nothing to plot for this selection." in empty
+
+
+def environment(host, torch, gpu=""):
+    return Environment.objects.create(fingerprint=f"{host}-{torch}-{gpu}", host=host, torch=torch, gpu=gpu,
+                                      python="3.11.7")
+
+
+def test_stability_history_on_the_bug_page(client):
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-S")))
+    old, new = environment("box", "2.1.2"), environment(HOSTILE, "2.4.1", "NVIDIA A100")
+    for env, buggy, fixed, verdict in ((old, 5, 0, "verified"), (new, 3, 1, "flaky"), (new, 5, 0, "verified")):
+        StabilityCheck.objects.create(reproducer_version=version, environment=env, seeds=5, buggy_manifested=buggy,
+                                      fixed_manifested=fixed, verdict=verdict)
+    page = client.get("/bugs/TEST-S/").content.decode()
+    assert "<script>alert" not in page
+    chart = figure(page, "stability-chart-figure")
+    traces = {trace["name"]: trace for trace in chart["data"]}
+    new_label = "torch 2.4.1 · NVIDIA A100 · &lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;"
+    assert set(traces) == {"buggy · torch 2.1.2 · CPU · box", "fixed · torch 2.1.2 · CPU · box",
+                           f"buggy · {new_label}", f"fixed · {new_label}"}
+    assert traces[f"buggy · {new_label}"]["y"] == [0.6, 1.0]
+    assert traces[f"fixed · {new_label}"]["y"] == [0.2, 0.0]
+    rows = table(page, "stability-chart-table")
+    assert [(r["buggy manifested"], r["fixed manifested"], r["verdict"]) for r in rows] == [
+        ("5/5", "0/5", "Verified"), ("3/5", "1/5", "Flaky"), ("5/5", "0/5", "Verified")]
+    plotted = sorted(y for name, trace in traces.items() if name.startswith("buggy") for y in trace["y"])
+    assert plotted == sorted(int(r["buggy manifested"].split("/")[0]) / 5 for r in rows)
+    assert "No stability check yet." in client.get(f"/bugs/{BugFactory().bug_id}/").content.decode()
+
+
+def test_hostile_text_in_plots_is_text(client):
+    make_runs(bug_title=HOSTILE, rule=HOSTILE, environment=environment(HOSTILE, "2.4.1"))
+    page = client.get("/results/").content.decode()
+    assert "<script>alert" not in page
+    points = figure(page, "latency-chart-figure")["data"][0]["text"]
+    assert all("&lt;script&gt;" in text and "<script>" not in text for text in points)  # plotly shows it literally
+    run_page = client.get(f"/runs/{Alarm.objects.first().run_id}/").content.decode()
+    assert "<script>alert" not in run_page
+    assert "&lt;script&gt;" in figure(run_page, "loss-figure")["data"][1]["text"][0]

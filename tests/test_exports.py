@@ -1,0 +1,122 @@
+"""One filter, the same numbers: results page == API == web download == ``manage.py export``,
+and the catalog downloads."""
+import csv
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from evaluation.models import Evaluation
+from evaluation.results import TABLES
+from runners.models import Campaign
+
+from .factories import BugFactory
+from .test_charts import HOSTILE, make_runs, table
+
+pytestmark = pytest.mark.django_db
+
+FORMATS = ["csv", "md", "tex", "json"]
+
+
+def command(*args):
+    out = io.StringIO()
+    call_command("export", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def runs():
+    return make_runs()
+
+
+def test_page_api_download_and_command_agree_for_a_filter(client, runs):
+    query = {"detector": "param_not_updated", "bug": ["TEST-A", "TEST-B"], "fault_location": "framework"}
+    page = client.get("/results/", query).content.decode()
+    api = client.get("/api/results/", query).json()
+    web = client.get("/results/false-positives.json", query).json()
+    on_page = table(page, "false-positives")
+    assert [(r["Detector"], int(r["Clean runs"]), int(r["With alarm"]), float(r["FP rate"])) for r in on_page] == [
+        (r["detector"], r["clean_runs"], r["clean_runs_with_alarm"], r["fp_rate"]) for r in api["false_positives"]
+    ] == [(r["detector"], r["clean_runs"], r["clean_runs_with_alarm"], r["fp_rate"]) for r in web] == [
+        ("param_not_updated", 1, 1, 1.0)]  # only TEST-B's fault lives in the framework
+    assert [r["bug"] for r in api["detection"]] == ["TEST-B", "TEST-B"]
+    latency = table(page, "latency")
+    assert [float(r["Median steps"]) for r in latency] == [r["median_latency_steps"] for r in api["latency"]] == [4]
+    args = ["--detector", "param_not_updated", "--bug", "TEST-A,TEST-B", "--fault-location", "framework"]
+    for name in TABLES:
+        for fmt in FORMATS:
+            response = client.get(f"/results/{name}.{fmt}", query)
+            assert response.status_code == 200
+            assert command(name, "--format", fmt, *args) == response.content.decode(), (name, fmt)
+
+
+def test_download_links_carry_the_query(client, runs):
+    page = client.get("/results/", {"detector": "plain", "outcome": "missed"}).content.decode()
+    assert 'href="/results/detection.csv?detector=plain&amp;outcome=missed"' in page
+    assert 'href="/api/results/?detector=plain&amp;outcome=missed"' in page
+    rows = list(csv.DictReader(io.StringIO(
+        client.get("/results/detection.csv", {"detector": "plain", "outcome": "missed"}).content.decode())))
+    assert [(r["bug"], r["detector"], r["outcome"]) for r in rows] == [("TEST-A", "plain", "missed")]
+    matrix = page.split('id="detection-matrix"', 1)[1].split("</table>", 1)[0]
+    assert "TEST-A" in matrix and "TEST-B" not in matrix
+
+
+def test_outcome_selects_matrix_rows(client, runs):
+    api = client.get("/api/results/", {"outcome": "false alarm"}).json()
+    assert [(r["bug"], r["reproducer"]) for r in api["detection"]] == [("TEST-B", "cpu")]
+    assert len(api["false_positives"]) == 2  # the outcome narrows the matrix, not the runs
+
+
+def test_a_stored_evaluation_narrowed_by_bug_recomputes_from_its_runs(client):
+    campaign = Campaign.objects.create(name="evaluation")
+    make_runs(campaign=campaign)
+    stored = {"detection": [{"bug": "TEST-A", "reproducer": "cpu", "detector": "param_not_updated", "buggy_runs": 9,
+                             "detected_runs": 9, "outcome": "detected", "fixed_runs": 9, "fixed_runs_with_alarm": 0,
+                             "pre_trigger_false_alarm_runs": 0},
+                            {"bug": "TEST-B", "reproducer": "cpu", "detector": "param_not_updated", "buggy_runs": 9,
+                             "detected_runs": 0, "outcome": "missed", "fixed_runs": 9, "fixed_runs_with_alarm": 0,
+                             "pre_trigger_false_alarm_runs": 0}],
+              "false_positives": [{"detector": "param_not_updated", "clean_runs": 99, "clean_runs_with_alarm": 0,
+                                   "fp_rate": 0.0, "fp_ci_low": 0.0, "fp_ci_high": 0.04}],
+              "latency": [], "overhead": []}
+    evaluation = Evaluation.objects.create(campaign=campaign, tables=stored, parameters={"runs": 8})
+    whole = client.get("/api/results/").json()
+    assert whole["evaluation"] == evaluation.pk and whole["false_positives"][0]["clean_runs"] == 99  # as stored
+    narrowed = client.get("/api/results/", {"bug": "TEST-A"}).json()
+    assert [(r["bug"], r["buggy_runs"]) for r in narrowed["detection"]] == [("TEST-A", 9)]  # stored rows, filtered
+    assert [(r["detector"], r["clean_runs"]) for r in narrowed["false_positives"]] == [
+        ("param_not_updated", 1), ("plain", 1)]  # recomputed over TEST-A's runs of the evaluation
+    assert command("false-positives", "--format", "csv", "--bug", "TEST-A") == client.get(
+        "/results/false-positives.csv", {"bug": "TEST-A"}).content.decode()
+
+
+def test_bad_filters_and_unknown_evaluations(client, runs):
+    assert client.get("/results/detection.csv", {"detector": "no-such-detector"}).status_code == 400
+    assert client.get("/api/results/", {"outcome": "excellent"}).status_code == 400
+    assert client.get("/results/", {"outcome": "excellent"}).status_code == 200  # the page shows the error
+    assert client.get("/results/", {"evaluation": "999"}).status_code == 404
+    assert client.get("/api/results/", {"evaluation": "999"}).status_code == 404
+    with pytest.raises(CommandError):
+        command("detection", "--detector", "no-such-detector")
+    with pytest.raises(CommandError):
+        command("detection", "--evaluation", "999")
+
+
+def test_catalog_downloads_follow_the_catalog_filter(client):
+    BugFactory(bug_id="TEST-PT", title=HOSTILE)
+    BugFactory(bug_id="TEST-DS", framework="deepspeed", title="ZeRO & friends | 50% off_by_one")
+    page = client.get("/", {"framework": "deepspeed"}).content.decode()
+    assert 'href="/catalog.tex?framework=deepspeed"' in page and "<script>alert" not in client.get("/").content.decode()
+    rows = list(csv.DictReader(io.StringIO(client.get("/catalog.csv", {"framework": "deepspeed"}).content.decode())))
+    assert [(r["bug"], r["framework"], r["title"]) for r in rows] == [
+        ("TEST-DS", "DeepSpeed", "ZeRO & friends | 50% off_by_one")]
+    everything = client.get("/catalog.json").json()
+    assert [r["bug"] for r in everything] == ["TEST-DS", "TEST-PT"] and everything[1]["title"] == HOSTILE
+    latex = client.get("/catalog.tex", {"framework": "deepspeed"}).content.decode()
+    assert "\\toprule" in latex and "ZeRO \\& friends | 50\\% off\\_by\\_one" in latex
+    assert "ZeRO & friends \\| 50% off_by_one" in client.get("/catalog.md").content.decode()
+    for fmt in FORMATS:
+        assert command("catalog", "--format", fmt, "--framework", "deepspeed") == client.get(
+            f"/catalog.{fmt}", {"framework": "deepspeed"}).content.decode()
+    assert client.get("/catalog.csv", {"framework": "cobol"}).status_code == 400
+    assert client.get("/catalog.xlsx").status_code == 404
