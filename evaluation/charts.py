@@ -124,7 +124,8 @@ def stability_chart(checks):
                             + (f", {c.failed_runs} failed" if c.failed_runs else "")) for n, c in zip(counts, mine)],
                 hovertemplate="%{x}<br>%{text}<extra></extra>",
             ))
-    figure.update_layout(**LAYOUT, height=340, legend={"orientation": "h", "y": -0.25},
+    figure.update_layout(**LAYOUT, height=320 + 22 * len(environments), legend={"orientation": "h", "y": -0.15,
+                                                                               "yanchor": "top"},
                          yaxis={"title": {"text": "seeds manifesting"}, "range": [-0.05, 1.05], "tickformat": ".0%"})
     rows = [[f"{c.checked_at:%Y-%m-%d %H:%M} UTC", c.reproducer_version.reproducer.name,
              c.reproducer_version.short_hash,
