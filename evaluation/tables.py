@@ -181,7 +181,7 @@ EXPORT_FORMATS = {
 def export(table, fmt, caption=""):
     """The table as CSV, Markdown, LaTeX (booktabs) or JSON text."""
     if fmt == "csv":
-        return table.to_csv(index=False)
+        return table.map(_defuse_formula).to_csv(index=False)
     if fmt == "json":
         return json.dumps(json.loads(table.to_json(orient="records")), indent=2)
     if fmt == "md":
@@ -193,6 +193,14 @@ def export(table, fmt, caption=""):
                          float_format="%.3g")
         return buffer.getvalue()
     raise ValueError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _defuse_formula(value):
+    """A text cell that a spreadsheet would run as a formula gets a leading quote (OWASP's CSV injection advice)."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def _markdown(table):
