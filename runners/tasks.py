@@ -34,7 +34,6 @@ def execute_run(run_id):
 
 
 def _execute_claimed(run):
-    run_id = run.pk
     if not run.reproducer_version.is_approved:  # checked again here: no path runs unapproved code
         do_fail_run_without_executing(run, "Refused: this reproducer version is not approved by a maintainer.")
         return
@@ -48,7 +47,7 @@ def _execute_claimed(run):
     try:
         outcome = execute(run)
     except Exception as error:  # the worker lives on; the run says why it failed
-        logger.exception("run %s could not be executed", run_id)
+        logger.exception("run %s could not be executed", run.pk)
         do_fail_run_without_executing(run, f"Internal error before the reproducer ran: {error}")
         return
     do_finish_run(run, outcome)
