@@ -3,7 +3,12 @@ Outside tests/browser/: it starts its own Playwright, which cannot run inside th
 import struct
 
 import pytest
+from django.contrib.sessions.models import Session
 from django.core.management import call_command
+
+from bugs.models import ReviewState
+
+from .factories import MaintainerFactory, ReproducerVersionFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -16,7 +21,16 @@ def png_size(path):
 
 def test_screenshots_of_the_catalog_and_a_bug(tmp_path):
     call_command("load_catalog")
-    call_command("screenshots", out=str(tmp_path), only="catalog,bug,run")
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["bug.png", "catalog.png"]  # no run yet: skipped
+    call_command("screenshots", out=str(tmp_path), only="catalog,bug,run,submit")
+    # No run yet, no --user: those two are skipped.
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bug.png", "catalog.png"]
     width, height = png_size(tmp_path / "catalog.png")
     assert width == 1400 and 900 <= height <= 3000
+
+
+def test_signed_in_pages_leave_no_session_behind(tmp_path):
+    maintainer = MaintainerFactory()
+    ReproducerVersionFactory(review_state=ReviewState.PENDING)
+    call_command("screenshots", out=str(tmp_path), only="review-queue,review", user=maintainer.username)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["review-queue.png", "review.png"]
+    assert not Session.objects.exists()

@@ -9,10 +9,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
+from django.urls import reverse
 
 from benchmark_site.browser import VIEWPORT, launch
+from bugs.models import ReproducerVersion, ReviewState
 from evaluation.models import Evaluation
 from runners.local_worker import database_url, log_tail, stop_process
 from runners.models import Campaign, Run, RunStatus
@@ -33,51 +37,94 @@ def example_campaign():
     return campaign.get_absolute_url() if campaign else None
 
 
-# (file name, path or a function returning one or None when the database has nothing to show). Extend here.
+def example_review():
+    """The review page of the oldest version waiting for a maintainer."""
+    version = ReproducerVersion.objects.filter(review_state=ReviewState.PENDING).order_by("created_at").first()
+    return reverse("bugs:review", args=[version.pk]) if version else None
+
+
+# (file name, path or a function returning one or None when the database has nothing to show, signed in).
+# Signed-in pages are taken as the user named by --user, and skipped without it. Extend here.
 PAGES = [
-    ("catalog", "/"),
-    ("bug", "/bugs/PT-115607/"),
-    ("run", example_run),
-    ("results", "/results/"),
-    ("campaign", example_campaign),
+    ("catalog", "/", False),
+    ("bug", "/bugs/PT-115607/", False),
+    ("run", example_run, False),
+    ("results", "/results/", False),
+    ("campaign", example_campaign, False),
+    ("submit", "/submit/", True),
+    ("review-queue", "/review/", True),
+    ("review", example_review, True),
+    ("campaign-builder", "/campaigns/new/", True),
 ]
 
 
 class Command(BaseCommand):
-    help = ("Serve the dashboard on the current database (read only) and save PNGs of its main pages, "
-            f"{VIEWPORT['width']} px wide, for the README. Needs the test extra (playwright) and Chromium.")
+    help = ("Serve the dashboard on the current database and save PNGs of its main pages, "
+            f"{VIEWPORT['width']} px wide, for the README. Reads only (--user adds one session, removed after). "
+            "Needs the test extra (playwright) and Chromium.")
 
     def add_arguments(self, parser):
         parser.add_argument("--out", default=str(settings.BASE_DIR / "docs" / "screenshots"))
         parser.add_argument("--only", help="comma-separated page names (default: all of PAGES)")
+        parser.add_argument("--user", help="take the signed-in pages as this existing user (e.g. a maintainer); "
+                                           "a session is created for the pass and deleted after it")
 
-    def handle(self, *args, out, only, **options):
-        from playwright.sync_api import sync_playwright  # a test dependency, like the browser it drives
-
+    def handle(self, *args, out, only, user, **options):
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         wanted = set(only.split(",")) if only else None
-        pages = [(name, target() if callable(target) else target) for name, target in PAGES
+        pages = [(name, target() if callable(target) else target, signed_in) for name, target, signed_in in PAGES
                  if wanted is None or name in wanted]
+        session = self.session_of(user) if user else None
+        try:
+            self.shoot(pages, out, session)
+        finally:
+            if session is not None:
+                session.delete()
+
+    def shoot(self, pages, out, session):
+        from playwright.sync_api import sync_playwright  # a test dependency, like the browser it drives
+
         with tempfile.NamedTemporaryFile(suffix=".log") as log, dashboard(log.name) as base_url:
             with sync_playwright() as playwright:
                 browser = launch(playwright)
-                context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
-                page = context.new_page()
-                for name, path in pages:
+                anonymous = browser.new_context(viewport=VIEWPORT)
+                member = browser.new_context(viewport=VIEWPORT)
+                if session is not None:
+                    member.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session.session_key,
+                                         "url": base_url}])
+                for name, path, signed_in in pages:
                     if path is None:
                         self.stdout.write(self.style.WARNING(f"{name}: nothing in this database to show; skipped"))
                         continue
+                    if signed_in and session is None:
+                        self.stdout.write(self.style.WARNING(f"{name}: needs --user; skipped"))
+                        continue
+                    page = (member if signed_in else anonymous).new_page()
                     response = page.goto(base_url + path, wait_until="networkidle")
                     if response is None or not response.ok:
                         raise CommandError(f"{path} answered {response and response.status}:\n{log_tail(log.name)}")
+                    if page.url != base_url + path:  # e.g. to the sign-in page
+                        raise CommandError(f"{path} redirected to {page.url}")
                     self.wait_for_charts(page)
                     height = min(page.evaluate("document.documentElement.scrollHeight"), MAX_HEIGHT)
                     target = out / f"{name}.png"
                     page.screenshot(path=target, full_page=True,
                                     clip={"x": 0, "y": 0, "width": VIEWPORT["width"], "height": height})
                     self.stdout.write(f"{target} ({path}, {target.stat().st_size // 1024} KiB)")
+                    page.close()
                 browser.close()
+
+    def session_of(self, username):
+        """A signed-in session for ``username`` without a login (which would write last_login)."""
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"No user {username!r} in this database.")
+        session = SessionStore()
+        session.update({SESSION_KEY: str(user.pk), BACKEND_SESSION_KEY: "django.contrib.auth.backends.ModelBackend",
+                        HASH_SESSION_KEY: user.get_session_auth_hash()})
+        session.create()
+        return session
 
     def wait_for_charts(self, page):
         """Plotly draws after the load event: on a page that loads it, wait until each chart has its SVG."""
