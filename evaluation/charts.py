@@ -36,7 +36,7 @@ def detection_heatmap(detection):
         colorbar={"title": {"text": "detected"}, "tickformat": ".0%"},
         hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
     ))
-    figure.update_layout(**LAYOUT, height=140 + 24 * len(bugs), xaxis={"side": "top", "tickangle": -30},
+    figure.update_layout(**LAYOUT, height=max(280, 140 + 24 * len(bugs)), xaxis={"side": "top", "tickangle": -30},
                          yaxis={"autorange": "reversed", "automargin": True})
     rows = [[r["bug"], r["reproducer"], r["detector"], r["detected_runs"], r["buggy_runs"], r["detection_rate"],
              r["outcome"]] for r in sorted(records, key=lambda r: (r["bug"], r["reproducer"], r["detector"]))]
