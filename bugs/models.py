@@ -218,6 +218,7 @@ class StabilityCheck(models.Model):
 
     class Meta:
         ordering = ["-checked_at", "-id"]
+        indexes = [models.Index(fields=["reproducer_version", "-checked_at", "-id"], name="stability_latest_first")]
 
     def __str__(self):
         return (f"{self.reproducer_version}: buggy {self.buggy_manifested}/{self.seeds}, "

@@ -1,6 +1,8 @@
+from collections import Counter
 from functools import cache
 
-from django.db.models import Count
+from django.core.paginator import Paginator
+from django.db.models import Count, OuterRef, Subquery
 from django.shortcuts import get_object_or_404, render
 from django_filters.views import FilterView
 from pygments import highlight
@@ -10,10 +12,12 @@ from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
 from evaluation.charts import stability_chart
-from runners.models import Run
+from runners.models import Run, runs_for_listing
 
 from .filters import BugFilter
-from .models import Bug, Reproducer, StabilityCheck
+from .models import Bug, Reproducer, ReproducerVersion, StabilityCheck
+
+VERSION_CONTENT = ("reproducer_version__files", "reproducer_version__manifest")
 
 
 class BugListView(FilterView):
@@ -35,21 +39,37 @@ def highlighted(filename, text):
 
 
 def reproducer_cards(reproducers):
-    """What a reproducer card shows: its latest version's files, highlighted, and its last stability check."""
+    """What a reproducer card shows: its latest version's files, highlighted, and its last stability check.
+
+    Four queries whatever the number of reproducers (a bug page must not grow with its history).
+    """
+    reproducers = list(reproducers)
+    ids = [reproducer.pk for reproducer in reproducers]
+    latest_ids, version_counts = {}, Counter()
+    for pk, reproducer_id in (ReproducerVersion.objects.filter(reproducer__in=ids)
+                              .order_by("reproducer_id", "-created_at", "-id").values_list("pk", "reproducer_id")):
+        latest_ids.setdefault(reproducer_id, pk)
+        version_counts[reproducer_id] += 1
+    versions = ReproducerVersion.objects.in_bulk(latest_ids.values())
+    last_check = (StabilityCheck.objects.filter(reproducer_version__reproducer=OuterRef("pk"))
+                  .order_by("-checked_at", "-id").values("pk")[:1])
+    checks = {check.reproducer_version.reproducer_id: check for check in StabilityCheck.objects.filter(
+        pk__in=Reproducer.objects.filter(pk__in=ids).values(last=Subquery(last_check)))
+        .select_related("environment", "reproducer_version").defer(*VERSION_CONTENT)}
     cards = []
     for reproducer in reproducers:
-        version = reproducer.latest_version()
+        version = versions.get(latest_ids.get(reproducer.pk))
         files = [(name, highlighted(name, text)) for name, text in sorted(version.files.items())] if version else []
-        stability = (StabilityCheck.objects.filter(reproducer_version__reproducer=reproducer)
-                     .select_related("environment", "reproducer_version").first())
         cards.append({"reproducer": reproducer, "version": version, "files": files,
-                      "version_count": reproducer.versions.count(), "stability": stability})
+                      "version_count": version_counts[reproducer.pk], "stability": checks.get(reproducer.pk)})
     return cards
 
 
-def recent_runs(reproducers):
-    return (Run.objects.filter(reproducer_version__reproducer__in=reproducers)
-            .select_related("detector", "reproducer_version__reproducer").order_by("-queued_at", "-id")[:50])
+def recent_runs(request, reproducers):
+    """One page of the reproducers' runs, newest first (index on queued_at, id)."""
+    runs = runs_for_listing(Run.objects.filter(reproducer_version__reproducer__in=reproducers)
+                            .order_by("-queued_at", "-id"))
+    return Paginator(runs, 50).get_page(request.GET.get("page"))
 
 
 @cache
@@ -60,11 +80,13 @@ def pygments_css():
 def bug_detail(request, bug_id):
     bug = get_object_or_404(Bug, bug_id=bug_id)
     reproducers = Reproducer.objects.filter(bug=bug)
+    runs = recent_runs(request, reproducers)
     return render(request, "bugs/bug_detail.html", {
-        "bug": bug, "reproducers": reproducer_cards(reproducers), "runs": recent_runs(reproducers),
+        "bug": bug, "reproducers": reproducer_cards(reproducers), "runs": runs.object_list, "page_obj": runs,
         "pygments_css": pygments_css(),
         "stability_chart": stability_chart(StabilityCheck.objects.filter(reproducer_version__reproducer__bug=bug)
-                                           .select_related("environment", "reproducer_version__reproducer")),
+                                           .select_related("environment", "reproducer_version__reproducer")
+                                           .defer(*VERSION_CONTENT)),
     })
 
 
@@ -75,7 +97,8 @@ def pipeline_list(request):
 
 def pipeline_detail(request, name):
     pipeline = get_object_or_404(Reproducer, bug__isnull=True, name=name)
+    runs = recent_runs(request, [pipeline])
     return render(request, "bugs/pipeline_detail.html", {
-        "pipeline": pipeline, "reproducers": reproducer_cards([pipeline]), "runs": recent_runs([pipeline]),
+        "pipeline": pipeline, "reproducers": reproducer_cards([pipeline]), "runs": runs.object_list, "page_obj": runs,
         "pygments_css": pygments_css(),
     })

@@ -1,13 +1,14 @@
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 
-from .models import Alarm, Campaign, Detector, Run, Variant
+from .models import Alarm, Campaign, Detector, Run, Variant, status_counts
 from .services import (
     detector_record,
     do_cancel_campaign,
@@ -67,10 +68,18 @@ class RunSerializer(serializers.ModelSerializer):
                   "fit_artifact", "analysis_seconds", "detector_summary", "alarm_count"]
 
 
+def with_alarm_count(runs):
+    """Each run's alarm count as a correlated subquery, evaluated for the rows of one page only; a JOIN
+    with GROUP BY made even the paginator's COUNT(*) aggregate every alarm (0.6 s at 1M alarms)."""
+    alarms = Alarm.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(n=Count("id")).values("n")
+    return runs.annotate(alarm_count=Coalesce(Subquery(alarms), 0))
+
+
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = RunSerializer
-    queryset = (Run.objects.select_related("reproducer_version__reproducer__bug", "detector")
-                .annotate(alarm_count=Count("alarms")).order_by("-id"))
+    queryset = with_alarm_count(
+        Run.objects.select_related("reproducer_version__reproducer__bug", "detector")
+        .defer("reproducer_version__files", "reproducer_version__manifest").order_by("-id"))
     filterset_fields = {
         "campaign": ["exact"], "status": ["exact"], "variant": ["exact"], "seed": ["exact"],
         "detector__name": ["exact"], "reproducer_version__reproducer__bug__bug_id": ["exact"],
@@ -96,7 +105,7 @@ class CampaignSerializer(serializers.ModelSerializer):
         read_only_fields = ["purpose", "created_at", "completed_at", "cancelled_at", "parameters"]
 
     def get_progress(self, campaign) -> dict:
-        return campaign.progress()
+        return campaign.progress(getattr(campaign, "counted", None))
 
 
 class CampaignEstimateSerializer(serializers.Serializer):
@@ -115,6 +124,15 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = CampaignSerializer
     permission_classes = [CanTriggerCampaigns]
     queryset = Campaign.objects.order_by("-created_at", "-id")
+
+    def paginate_queryset(self, queryset):
+        """Count the runs of a whole page of campaigns in one query (their progress)."""
+        page = super().paginate_queryset(queryset)
+        if page is not None:
+            counts = status_counts(page)
+            for campaign in page:
+                campaign.counted = counts[campaign.pk]
+        return page
 
     def perform_create(self, serializer):
         data = serializer.validated_data

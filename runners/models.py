@@ -93,8 +93,11 @@ class Campaign(models.Model):
             return "cancelled"
         return "finished" if self.completed_at else "running"
 
-    def progress(self):
-        counts = dict(self.runs.values_list("status").annotate(n=models.Count("id")))
+    def progress(self, counts=None):
+        """Runs by status, done and percent; ``counts`` ({status: runs}, from :func:`status_counts`)
+        saves the query when a page of campaigns was counted at once."""
+        if counts is None:
+            counts = dict(self.runs.values_list("status").annotate(n=models.Count("id")))
         total = sum(counts.values())
         done = sum(counts.get(s, 0) for s in FINISHED_STATUSES)
         return {
@@ -103,6 +106,15 @@ class Campaign(models.Model):
             "counts": {status: counts.get(status, 0) for status in RunStatus.values},
             "percent": round(100 * done / total) if total else 100,
         }
+
+
+def status_counts(campaigns):
+    """{campaign id: {status: runs}} for several campaigns, in one query."""
+    counts = {campaign.pk: {} for campaign in campaigns}
+    for campaign_id, status, n in (Run.objects.filter(campaign__in=list(counts)).order_by()
+                                   .values_list("campaign", "status").annotate(n=models.Count("id"))):
+        counts[campaign_id][status] = n
+    return counts
 
 
 class Variant(models.TextChoices):
@@ -189,6 +201,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["campaign", "status"]),
             models.Index(fields=["reproducer_version", "detector", "variant"]),
+            # Run lists newest first (a bug's runs read 50 index entries instead of sorting all of them).
+            models.Index(fields=["-queued_at", "-id"], name="run_newest_first"),
         ]
 
     def __str__(self):
@@ -198,10 +212,20 @@ class Run(models.Model):
         return reverse("runners:run", args=[self.pk])
 
 
+# Columns that lists of runs never show, some of them large (logs, step records, the reproducer's files).
+LISTING_DEFERRED = ("stdout", "stderr", "step_records", "oracle_evidence", "protocol_errors", "detector_summary",
+                    "reproducer_version__files", "reproducer_version__manifest")
+
+
+def runs_for_listing(runs):
+    """Runs as the run tables show them: with reproducer, bug and detector, without the large columns."""
+    return runs.select_related("reproducer_version__reproducer__bug", "detector").defer(*LISTING_DEFERRED)
+
+
 class Alarm(models.Model):
     """A detector's report that something is wrong at a step of a run."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alarms")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alarms", db_index=False)  # see Meta
     step = models.IntegerField()
     rank = models.IntegerField(default=0)
     rule = models.CharField(max_length=200)
@@ -211,6 +235,8 @@ class Alarm(models.Model):
 
     class Meta:
         ordering = ["step", "rank", "id"]
+        # A run's alarms in their order; also serves every lookup by run (so no separate run index).
+        indexes = [models.Index(fields=["run", "step", "rank", "id"], name="alarm_run_order")]
 
     def __str__(self):
         return f"{self.rule} at step {self.step} (rank {self.rank})"

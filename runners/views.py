@@ -4,7 +4,6 @@ from functools import cache
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -13,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from .charts import loss_figure
 from .forms import CampaignForm
-from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, Worker
+from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, Worker, runs_for_listing, status_counts
 from .services import do_cancel_campaign, do_create_campaign, do_retry_failed_runs, estimate_campaign
 
 TRIGGER_PERMISSION = "runners.trigger_campaign"
@@ -37,21 +36,31 @@ def run_detail(request, pk):
 
 
 def campaign_list(request):
-    campaigns = Campaign.objects.select_related("created_by").order_by("-created_at", "-id").annotate(
-        run_count=Count("runs"), finished_count=Count("runs", filter=Q(runs__status__in=FINISHED_STATUSES)))
+    campaigns = Campaign.objects.select_related("created_by").order_by("-created_at", "-id")
     page = Paginator(campaigns, 25).get_page(request.GET.get("page"))
-    return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": page.object_list})
+    return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": count_runs(page.object_list)})
+
+
+def count_runs(campaigns):
+    """Set ``run_count`` and ``finished_count`` on one page of campaigns with one grouped query (an
+    annotation on the paginated queryset counted the runs of every campaign before paginating)."""
+    campaigns = list(campaigns)
+    counts = status_counts(campaigns)
+    for campaign in campaigns:
+        by_status = counts[campaign.pk]
+        campaign.run_count = sum(by_status.values())
+        campaign.finished_count = sum(by_status.get(status, 0) for status in FINISHED_STATUSES)
+    return campaigns
 
 
 def campaign_context(request, campaign):
     """What the campaign page shows, and what its live part refreshes: progress, failures, one page of runs."""
     status = request.GET.get("status", "")
-    runs = campaign.runs.select_related("reproducer_version__reproducer__bug", "detector").order_by("id")
+    runs = runs_for_listing(campaign.runs.order_by("id"))
     if status in RunStatus.values:
         runs = runs.filter(status=status)
     page = Paginator(runs, 100).get_page(request.GET.get("page"))
-    failures = (campaign.runs.filter(status=RunStatus.FAILED).select_related("reproducer_version__reproducer__bug",
-                                                                               "detector").order_by("id")[:20])
+    failures = runs_for_listing(campaign.runs.filter(status=RunStatus.FAILED).order_by("id"))[:20]
     progress = campaign.progress()
     return {"campaign": campaign, "progress": progress, "page_obj": page, "runs": page.object_list,
             "failures": failures, "status": status, "statuses": RunStatus.choices,
