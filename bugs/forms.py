@@ -48,6 +48,9 @@ class BugSubmissionForm(ReproducerFilesForm, forms.ModelForm):
         fields = SUBMITTED_BUG_FIELDS
         widgets = {name: forms.Textarea(attrs={"rows": 3}) for name in
                    ("root_cause", "symptom", "fix", "detection_signal", "framework_versions")}
+        labels = {"bug_id": "Bug ID", "needs_cuda_original": "The original bug needs CUDA",
+                  "multi_rank": "It needs several processes (ranks)", "root_cause_category": "Root-cause category",
+                  "framework_versions": "Affected versions"}
         help_texts = {"bug_id": "Upper-case words joined by dashes, as in PT-115607, DS-1801 or SO-60335387. "
                                 "IDs are never reused."}
 

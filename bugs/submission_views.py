@@ -132,5 +132,5 @@ def review_version(request, pk):
     return render(request, "bugs/review_detail.html", {
         "version": version, "bug": version.reproducer.bug, "previous": previous, "form": form,
         "files": [(name, highlighted(name, text)) for name, text in sorted(version.files.items())],
-        "diffs": file_diffs(previous, version), "pygments_css": pygments_css(),
+        "diffs": file_diffs(previous, version) if previous else [], "pygments_css": pygments_css(),
     })

@@ -40,6 +40,14 @@ class Chart:
         return not self.figure.get("data")
 
 
+# A loss that explodes on the buggy variant flattens the fixed curve: let the reader switch to a log axis.
+LOG_AXIS_MENU = {
+    "type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.12, "showactive": True,
+    "buttons": [{"label": "linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+                {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]}],
+}
+
+
 def loss_figure(runs_with_alarms):
     """Per-step loss of runs (buggy and fixed overlaid), with their alarms marked on the curve."""
     figure = go.Figure()
@@ -66,5 +74,5 @@ def loss_figure(runs_with_alarms):
             figure.add_vline(x=run.trigger_step, line_dash="dash", line_color="#888",
                              annotation_text="trigger step")
     figure.update_layout(xaxis_title="step", yaxis_title="loss", height=380, margin={"t": 30, "r": 10},
-                         template="plotly_white", legend={"orientation": "h"})
+                         template="plotly_white", legend={"orientation": "h"}, updatemenus=[LOG_AXIS_MENU])
     return as_dict(figure)

@@ -50,8 +50,7 @@ class CampaignForm(forms.Form):
         self.fields["pipelines"].choices = [
             (name, name) for name in approved.filter(bug__isnull=True).distinct().order_by("name")
             .values_list("name", flat=True)]
-        self.fields["detectors"].choices = [(name, f"{name}: {plugin.description}")
-                                            for name, plugin in all_plugins().items()]
+        self.fields["detectors"].choices = [(name, name) for name in all_plugins()]
 
     def clean_seeds(self):
         return parse_seeds(self.cleaned_data["seeds"])

@@ -11,6 +11,7 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_POST
 
 from .charts import loss_figure
+from .detectors import all_plugins
 from .forms import CampaignForm
 from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, Worker, runs_for_listing, status_counts
 from .services import do_cancel_campaign, do_create_campaign, do_retry_failed_runs, estimate_campaign
@@ -94,7 +95,9 @@ def campaign_new(request):
         preview = {**estimate_campaign(versions, detectors, variants, seeds), "versions": versions,
                    "uncovered": sorted(set(form.cleaned_data["bugs"]) - covered),
                    "workers": active_workers().count()}
-    return render(request, "runners/campaign_new.html", {"form": form, "preview": preview})
+    return render(request, "runners/campaign_new.html", {
+        "form": form, "preview": preview,
+        "detector_descriptions": [(name, plugin.description) for name, plugin in all_plugins().items()]})
 
 
 def active_workers():
