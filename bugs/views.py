@@ -1,5 +1,5 @@
 from collections import Counter
-from functools import cache
+from functools import cache, lru_cache
 
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, Subquery
@@ -29,8 +29,10 @@ class BugListView(FilterView):
         return Bug.objects.annotate(reproducer_count=Count("reproducers")).order_by("bug_id")
 
 
+@lru_cache(maxsize=256)
 def highlighted(filename, text):
-    """Pygments escapes the code itself, so hostile source is shown as text."""
+    """Pygments escapes the code itself, so hostile source is shown as text. Cached: versions are
+    immutable, and highlighting was a third of a bug page's time."""
     try:
         lexer = get_lexer_for_filename(filename, stripnl=False)
     except ClassNotFound:
