@@ -45,10 +45,12 @@ def detection_heatmap(detection):
 
 
 def false_positive_chart(false_positives):
-    """FP rate per detector with its Wilson 95% interval as error bars; the numbers are the FP table's."""
+    """FP rate per detector as a dot with its Wilson 95% interval as whiskers (a rate of 0 stays visible);
+    the numbers are the FP table's."""
     records = false_positives.to_dict("records")
-    figure = go.Figure(go.Bar(
-        x=[r["detector"] for r in records], y=[r["fp_rate"] for r in records], marker_color="#c0392b",
+    figure = go.Figure(go.Scatter(
+        x=[r["detector"] for r in records], y=[r["fp_rate"] for r in records], mode="markers",
+        marker={"color": "#c0392b", "size": 11},
         error_y={"type": "data", "symmetric": False, "array": [r["fp_ci_high"] - r["fp_rate"] for r in records],
                  "arrayminus": [r["fp_rate"] - r["fp_ci_low"] for r in records]},
         customdata=[[r["clean_runs_with_alarm"], r["clean_runs"], r["fp_ci_low"], r["fp_ci_high"]] for r in records],
@@ -71,8 +73,10 @@ def latency_chart(run_latencies):
                   for r in records],
             hovertemplate="%{text}<br>%{y} steps after the trigger<extra>%{fullData.name}</extra>",
         ))
-    figure.update_layout(**LAYOUT, height=380, showlegend=False,
-                         yaxis={"title": {"text": "steps from trigger to first alarm"}, "rangemode": "tozero"})
+    longest = run_latencies["latency_steps"].max() if len(run_latencies) else 0
+    figure.update_layout(**LAYOUT, height=380, showlegend=False,  # room around 0: most detections are at once
+                         yaxis={"title": {"text": "steps from trigger to first alarm"},
+                                "range": [-0.5, max(2, float(longest)) + 0.5]})
     rows = [[r["detector"], r["bug"], r["reproducer"], r["seed"], r["run"], r["latency_steps"], r["latency_seconds"],
              r["rule"]] for r in run_latencies.to_dict("records")]
     return Chart("latency-chart", as_dict(figure),
