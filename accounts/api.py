@@ -5,6 +5,7 @@ from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from .models import ApiToken
@@ -74,6 +75,8 @@ class ObtainApiTokenView(APIView):
 
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
+    throttle_classes = [ScopedRateThrottle]  # a password check: no unlimited guessing
+    throttle_scope = "token"
 
     @extend_schema(request=CredentialsSerializer, responses={201: NewApiTokenSerializer})
     def post(self, request):

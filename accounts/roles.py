@@ -1,7 +1,7 @@
 """The roles of DESIGN.md. Anonymous: browse and export. Contributor (any signed-in user): submit
 bugs and reproducers. Maintainer (the Maintainers group): approve, trigger runs, deprecate.
 Staff: the admin. The API applies the same rules to a token's user."""
-from runners.apps import MAINTAINERS_GROUP
+from runners.apps import MAINTAINER_PERMISSIONS
 
 ANONYMOUS, CONTRIBUTOR, MAINTAINER, STAFF = "anonymous", "contributor", "maintainer", "staff"
 
@@ -16,12 +16,12 @@ _LADDER = [ANONYMOUS, CONTRIBUTOR, MAINTAINER, STAFF]
 
 
 def is_maintainer(user):
-    """Members of the Maintainers group, and superusers (who hold every permission)."""
+    """Whoever holds the maintainer's permissions: members of the Maintainers group, superusers, or a
+    user granted them directly. The same test as the views and the API apply, so the role shown and
+    the actions allowed never disagree."""
     if user is None or not user.is_authenticated:
         return False
-    if not hasattr(user, "_silentbench_is_maintainer"):  # once per request's user object
-        user._silentbench_is_maintainer = user.is_superuser or user.groups.filter(name=MAINTAINERS_GROUP).exists()
-    return user._silentbench_is_maintainer
+    return all(user.has_perm(f"{app}.{codename}") for app, codename in MAINTAINER_PERMISSIONS)
 
 
 def role_of(user):

@@ -132,6 +132,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("SILENTBENCH_TOKEN_RATE", "10/min")},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "SilentBench API",

@@ -50,6 +50,9 @@ class BugViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = "[A-Za-z0-9-]+"
     queryset = Bug.objects.prefetch_related("reproducers__versions").order_by("bug_id")
 
+    def get_queryset(self):
+        return self.queryset.visible_to(self.request.user)
+
 
 class ReviewSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=["approve", "reject"])

@@ -16,13 +16,13 @@ CATALOG_COLUMNS = [
 ]
 
 
-def catalog_bugs():
-    """The bugs the catalog page lists, before its filter."""
-    return Bug.objects.annotate(reproducer_count=Count("reproducers")).order_by("bug_id")
+def catalog_bugs(user=None):
+    """The bugs the catalog page lists to ``user`` (None: the public), before its filter."""
+    return Bug.objects.visible_to(user).annotate(reproducer_count=Count("reproducers")).order_by("bug_id")
 
 
-def catalog_filter(query):
-    return BugFilter(query, queryset=catalog_bugs())
+def catalog_filter(query, user=None):
+    return BugFilter(query, queryset=catalog_bugs(user))
 
 
 def catalog_table(bugs):
@@ -37,7 +37,7 @@ def catalog_table(bugs):
 def catalog_export(request, fmt):
     if fmt not in EXPORT_FORMATS:
         raise Http404("Unknown format.")
-    bugs = catalog_filter(request.GET)
+    bugs = catalog_filter(request.GET, request.user)
     if not bugs.is_valid():
         return HttpResponseBadRequest(f"Invalid filter: {bugs.errors.as_text()}", content_type="text/plain")
     return download("catalog", catalog_table(bugs.qs), fmt)

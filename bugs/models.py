@@ -48,8 +48,20 @@ class BugStatus(models.TextChoices):
     DEPRECATED = "deprecated", "Deprecated"
 
 
+class BugQuerySet(models.QuerySet):
+    def visible_to(self, user=None):
+        """The public catalog: every bug but those still waiting for their first approval, which only
+        their submitter and the maintainers see (a rejected submission never becomes public)."""
+        if user is not None and user.has_perm("bugs.approve_reproducerversion"):
+            return self
+        own = models.Q(submitted_by=user) if user is not None and user.is_authenticated else models.Q(pk__in=[])
+        return self.filter(~models.Q(status=BugStatus.SUBMITTED) | own)
+
+
 class Bug(models.Model):
     """A silent training error. Its ID is never renumbered or reused; retire it by deprecation."""
+
+    objects = BugQuerySet.as_manager()
 
     bug_id = models.CharField("ID", max_length=64, unique=True, validators=[validate_bug_id])
     title = models.CharField(max_length=200)
@@ -175,9 +187,10 @@ class ReproducerVersion(models.Model):
     def is_approved(self):
         return self.review_state == ReviewState.APPROVED
 
-    def previous_version(self):
-        """The version of the same reproducer created just before this one (what a reviewer diffs against)."""
-        return (ReproducerVersion.objects.filter(reproducer_id=self.reproducer_id)
+    def approved_baseline(self):
+        """The latest approved version of the same reproducer created before this one: what a reviewer
+        diffs against (not merely the previous version, which may itself be unreviewed or rejected)."""
+        return (ReproducerVersion.objects.filter(reproducer_id=self.reproducer_id, review_state=ReviewState.APPROVED)
                 .filter(models.Q(created_at__lt=self.created_at) | models.Q(created_at=self.created_at, id__lt=self.id))
                 .order_by("-created_at", "-id").first())
 

@@ -22,7 +22,8 @@ def do_deprecate_bug(bug: Bug, reason: str, user=None) -> Bug:
 
 def can_resubmit(user, bug):
     """A bug's submitter, or a maintainer, may submit new versions of its reproducers."""
-    return user.is_authenticated and (bug.submitted_by_id == user.pk or user.has_perm("bugs.approve_reproducerversion"))
+    return (user.is_authenticated and bug.status != BugStatus.DEPRECATED
+            and (bug.submitted_by_id == user.pk or user.has_perm("bugs.approve_reproducerversion")))
 
 
 @transaction.atomic
@@ -49,14 +50,15 @@ def do_submit_reproducer(user, files, reproducer_name="cpu", bug=None, bug_field
         raise ValidationError(problems)
     if bug.pk is None:
         bug.save()
-    fields = reproducer_fields(manifest)
-    reproducer, _ = Reproducer.objects.get_or_create(bug=bug, name=reproducer_name, defaults=fields)
+    # A new reproducer takes its manifest's needs now; an existing one only when a version is approved,
+    # so that unreviewed code cannot re-route the runs of approved versions.
+    reproducer, _ = Reproducer.objects.get_or_create(bug=bug, name=reproducer_name,
+                                                     defaults=reproducer_fields(manifest))
     digest = content_hash(files, manifest)
     same = reproducer.versions.filter(content_hash=digest).first()
     if same is not None:
         raise ValidationError([f"These files are identical to version {same.short_hash} of {reproducer}: "
                                f"nothing new to review."])
-    Reproducer.objects.filter(pk=reproducer.pk).update(**fields)
     return ReproducerVersion.objects.create(
         reproducer=reproducer, content_hash=digest, files=files, manifest=manifest, submitted_by=user,
         review_state=ReviewState.PENDING, **version_fields(manifest))
@@ -82,6 +84,8 @@ def do_review_version(version: ReproducerVersion, user, approve: bool, note: str
     version.reviewed_at = timezone.now()
     version.review_note = note.strip()
     version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
+    if approve and version.submitted_by_id is not None:
+        Reproducer.objects.filter(pk=version.reproducer_id).update(**reproducer_fields(version.manifest))
     bug = version.reproducer.bug
     if approve and bug is not None and bug.status == BugStatus.SUBMITTED:
         bug.status = BugStatus.APPROVED

@@ -128,7 +128,7 @@ def review_version(request, pk):
             else:
                 messages.info(request, f"{version} rejected; the submitter sees your reason.")
             return redirect("bugs:review_queue")
-    previous = version.previous_version()
+    previous = version.approved_baseline()
     return render(request, "bugs/review_detail.html", {
         "version": version, "bug": version.reproducer.bug, "previous": previous, "form": form,
         "files": [(name, highlighted(name, text)) for name, text in sorted(version.files.items())],

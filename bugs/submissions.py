@@ -5,9 +5,11 @@ Nothing here executes submitted code: Python files are only parsed (``ast.parse`
 """
 import ast
 import io
+import lzma
 import posixpath
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import yaml
@@ -16,6 +18,7 @@ from django.conf import settings
 from .models import Strategy
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+ARCHIVE_READ_FACTOR = 4  # an archive may be at most this many times the unpacked limit (text compresses)
 MANIFEST_NAME = "reproducer.yaml"
 REQUIRED_MANIFEST_FIELDS = ("entrypoint", "strategy", "default_steps", "needs")
 # What the protocol asks every reproducer to say (docs/reproducer-protocol.md): any of the spellings, and why.
@@ -78,35 +81,46 @@ def read_uploads(uploads, limits=None):
 
 
 def read_archive(upload, limits):
-    """Regular files of a .zip or .tar(.gz); sizes are checked before anything is decompressed in full."""
-    data = upload.read(limits.max_total_bytes * 4 + 1)
+    """Regular files of a .zip or .tar(.gz). Members are read one at a time and reading stops as soon as a
+    limit is passed, so an archive of millions of empty entries costs no more than one over the limit."""
+    if upload.size > ARCHIVE_READ_FACTOR * limits.max_total_bytes:
+        return {}, [f"{upload.name}: {_kib(upload.size)} compressed; a reproducer unpacks to at most "
+                    f"{_kib(limits.max_total_bytes)}."]
+    data = upload.read()
     cap = limits.max_file_bytes + 1  # never decompress more than one file's limit
     members = []
     try:
         if upload.name.lower().endswith(".zip"):
             with zipfile.ZipFile(io.BytesIO(data)) as archive:
                 for info in archive.infolist():
-                    if info.is_dir():
-                        continue
-                    is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
-                    members.append((info.filename, info.file_size, is_link,
-                                    lambda info=info, archive=archive: archive.open(info).read(cap)))
+                    if not info.is_dir():
+                        is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
+                        members.append((info.filename, info.file_size, is_link,
+                                        lambda info=info, archive=archive: archive.open(info).read(cap)))
+                    if _over_limits(members, limits):
+                        break
                 return _read_members(members, limits)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            for info in archive.getmembers():
-                if info.isdir():
-                    continue
-                members.append((info.name, info.size, not info.isfile(),
-                                lambda info=info, archive=archive: archive.extractfile(info).read(cap)))
+            for info in archive:  # lazily: getmembers() would read every header first
+                if not info.isdir():
+                    members.append((info.name, info.size, not info.isfile(),
+                                    lambda info=info, archive=archive: archive.extractfile(info).read(cap)))
+                if _over_limits(members, limits):
+                    break
             return _read_members(members, limits)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as error:
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, RuntimeError, NotImplementedError,
+            zlib.error, lzma.LZMAError) as error:  # encrypted or unsupported members, corrupt streams
         return {}, [f"{upload.name}: not a readable archive ({error})."]
+
+
+def _over_limits(members, limits):
+    return len(members) > limits.max_files or sum(size for _, size, _, _ in members) > limits.max_total_bytes
 
 
 def _read_members(members, limits):
     files, problems = {}, []
     if len(members) > limits.max_files:
-        return {}, [f"The archive holds {len(members)} files: at most {limits.max_files} are accepted."]
+        return {}, [f"The archive holds more than {limits.max_files} files, the most that are accepted."]
     if sum(size for _, size, _, _ in members) > limits.max_total_bytes:
         return {}, [f"The archive unpacks to more than {_kib(limits.max_total_bytes)}, the limit for a reproducer."]
     prefix = _common_folder([name for name, _, _, _ in members])

@@ -2,7 +2,7 @@ from collections import Counter
 from functools import cache, lru_cache
 
 from django.core.paginator import Paginator
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404, render
 from django_filters.views import FilterView
 from pygments import highlight
@@ -14,8 +14,9 @@ from pygments.util import ClassNotFound
 from evaluation.charts import stability_chart
 from runners.models import Run, runs_for_listing
 
+from .exports import catalog_bugs
 from .filters import BugFilter
-from .models import Bug, Reproducer, ReproducerVersion, StabilityCheck
+from .models import Bug, Reproducer, ReproducerVersion, ReviewState, StabilityCheck
 
 VERSION_CONTENT = ("reproducer_version__files", "reproducer_version__manifest")
 
@@ -26,13 +27,27 @@ class BugListView(FilterView):
     paginate_by = 50
 
     def get_queryset(self):
-        return Bug.objects.annotate(reproducer_count=Count("reproducers")).order_by("bug_id")
+        return catalog_bugs(self.request.user)
 
 
-@lru_cache(maxsize=256)
 def highlighted(filename, text):
-    """Pygments escapes the code itself, so hostile source is shown as text. Cached: versions are
-    immutable, and highlighting was a third of a bug page's time."""
+    """Pygments escapes the code itself, so hostile source is shown as text. Small files are cached
+    (versions are immutable, and highlighting was a third of a bug page's time); a large one is not,
+    so that uploads cannot fill a web process's memory."""
+    if len(text) > HIGHLIGHT_CACHE_MAX_CHARS:
+        return _highlight(filename, text)
+    return _highlight_cached(filename, text)
+
+
+HIGHLIGHT_CACHE_MAX_CHARS = 32 * 1024
+
+
+@lru_cache(maxsize=128)
+def _highlight_cached(filename, text):
+    return _highlight(filename, text)
+
+
+def _highlight(filename, text):
     try:
         lexer = get_lexer_for_filename(filename, stripnl=False)
     except ClassNotFound:
@@ -47,11 +62,15 @@ def reproducer_cards(reproducers):
     """
     reproducers = list(reproducers)
     ids = [reproducer.pk for reproducer in reproducers]
-    latest_ids, version_counts = {}, Counter()
-    for pk, reproducer_id in (ReproducerVersion.objects.filter(reproducer__in=ids)
-                              .order_by("reproducer_id", "-created_at", "-id").values_list("pk", "reproducer_id")):
+    latest_ids, approved_ids, version_counts = {}, {}, Counter()
+    for pk, reproducer_id, state in (ReproducerVersion.objects.filter(reproducer__in=ids)
+                                     .order_by("reproducer_id", "-created_at", "-id")
+                                     .values_list("pk", "reproducer_id", "review_state")):
         latest_ids.setdefault(reproducer_id, pk)
+        if state == ReviewState.APPROVED:
+            approved_ids.setdefault(reproducer_id, pk)
         version_counts[reproducer_id] += 1
+    latest_ids.update(approved_ids)  # the code shown is the latest approved, while a newer one waits for review
     versions = ReproducerVersion.objects.in_bulk(latest_ids.values())
     last_check = (StabilityCheck.objects.filter(reproducer_version__reproducer=OuterRef("pk"))
                   .order_by("-checked_at", "-id").values("pk")[:1])
@@ -80,7 +99,7 @@ def pygments_css():
 
 
 def bug_detail(request, bug_id):
-    bug = get_object_or_404(Bug, bug_id=bug_id)
+    bug = get_object_or_404(Bug.objects.visible_to(request.user), bug_id=bug_id)
     reproducers = Reproducer.objects.filter(bug=bug)
     runs = recent_runs(request, reproducers)
     return render(request, "bugs/bug_detail.html", {

@@ -1,5 +1,6 @@
 """The results filter. One query string narrows the results page, its plots, its downloads, the API
-(/api/results/), the comparison and ``manage.py export`` alike: they all go through ``Criteria``."""
+(/api/results/) and ``manage.py export`` alike: they all go through ``Criteria``. The comparison
+uses its run filters (detectors, bugs, framework, fault location), not the matrix outcome."""
 from dataclasses import dataclass
 
 from django import forms

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Avg
+from django.db.models import Avg, F
 from django.utils import timezone
 
 from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, StabilityCheck, StabilityVerdict
@@ -109,6 +109,7 @@ def do_retry_failed_runs(user, campaign, runs=None):
     runs = (runs if runs is not None else campaign.runs.all()).filter(
         campaign=campaign, status__in=[RunStatus.FAILED, RunStatus.CANCELLED])
     with transaction.atomic():
+        Campaign.objects.select_for_update().get(pk=campaign.pk)  # serialises with do_complete_campaign
         run_ids = list(runs.select_for_update().values_list("id", flat=True))
         Alarm.objects.filter(run_id__in=run_ids).delete()
         Run.objects.filter(pk__in=run_ids).update(
@@ -127,26 +128,33 @@ def do_cancel_campaign(user, campaign):
         raise PermissionDenied("Only maintainers can cancel campaigns.")
     who = user.get_username() if user is not None else "the operator"
     with transaction.atomic():
+        Campaign.objects.select_for_update().get(pk=campaign.pk)
         queued = campaign.runs.select_for_update().filter(status=RunStatus.QUEUED)
         run_ids = list(queued.values_list("id", flat=True))
         Run.objects.filter(pk__in=run_ids, status=RunStatus.QUEUED).update(
             status=RunStatus.CANCELLED, failure_reason=f"Cancelled by {who} before it started.",
             finished_at=timezone.now())
-        Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True).update(
-            cancelled_at=timezone.now(), cancelled_by=user)
+        if run_ids:  # nothing queued: nothing was cancelled, and the campaign keeps its state
+            Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True, completed_at__isnull=True).update(
+                cancelled_at=timezone.now(), cancelled_by=user)
     do_complete_campaign(campaign)
     return run_ids
 
 
 def do_complete_campaign(campaign):
     """Mark ``campaign`` completed if none of its runs is queued or running; True for the one call
-    that does it. A completed verification campaign records the stability of what it ran."""
-    if Run.objects.filter(campaign=campaign, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
-        return False
+    that does it. A completed verification campaign records the stability of what it ran.
+
+    The check and the mark happen under the campaign's row lock, which a retry also takes, so a
+    campaign is never marked completed while a retry is queueing runs again.
+    """
     with transaction.atomic():
-        if not Campaign.objects.filter(pk=campaign.pk, completed_at__isnull=True).update(completed_at=timezone.now()):
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if campaign.completed_at is not None or campaign.runs.filter(
+                status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
             return False
-        campaign = Campaign.objects.get(pk=campaign.pk)
+        campaign.completed_at = timezone.now()
+        campaign.save(update_fields=["completed_at"])
         if campaign.purpose == CampaignPurpose.VERIFICATION and campaign.cancelled_at is None:
             do_record_stability(campaign)
     return True
@@ -156,21 +164,27 @@ def do_start_verification(user, versions, seeds=3, steps=None):
     """Verification of approved bug reproducers through the normal pipeline: k seeds of buggy and fixed,
     no detector. Its stability is recorded when its last run finishes (do_complete_campaign)."""
     names = ", ".join(str(version.reproducer) for version in versions[:3]) + (" ..." if len(versions) > 3 else "")
-    return do_create_campaign(user, f"verification k={seeds}: {names}", versions, [detector_record("plain")],
-                              ["buggy", "fixed"], list(range(seeds)), steps, purpose=CampaignPurpose.VERIFICATION)
+    # Started by the system on the approver's behalf: approving does not also need the right to trigger runs.
+    campaign = do_create_campaign(None, f"verification k={seeds}: {names}", versions, [detector_record("plain")],
+                                  ["buggy", "fixed"], list(range(seeds)), steps, purpose=CampaignPurpose.VERIFICATION)
+    if user is not None:
+        Campaign.objects.filter(pk=campaign.pk).update(created_by=user)
+    return campaign
 
 
-def estimate_campaign(versions, detectors, variants, seeds):
+def estimate_campaign(versions, detectors, variants, seeds, steps=None):
     """How many runs a campaign would make and roughly how long they take on one worker slot.
 
-    Each run is estimated by the mean wall time of earlier succeeded runs of the same reproducer under
-    the same detector, else under any detector, else a third of its time limit (a guess, and said so).
+    Each run is estimated by the mean wall time per step of earlier succeeded runs of the same
+    reproducer under the same detector, else under any detector, times its steps; else a third of its
+    time limit (a guess, and said so).
     """
     reproducer_ids = {version.reproducer_id for version in versions}
     means = {}
     for reproducer_id, detector, seconds in (Run.objects.filter(
             status=RunStatus.SUCCEEDED, reproducer_version__reproducer_id__in=reproducer_ids)
-            .values_list("reproducer_version__reproducer_id", "detector__name").annotate(mean=Avg("wall_seconds"))):
+            .values_list("reproducer_version__reproducer_id", "detector__name")
+            .annotate(mean=Avg(F("wall_seconds") / F("steps")))):
         means[(reproducer_id, detector)] = seconds
         means.setdefault((reproducer_id, None), seconds)
     runs, seconds, guessed = 0, 0.0, 0
@@ -178,9 +192,11 @@ def estimate_campaign(versions, detectors, variants, seeds):
         for detector in detectors:
             count = len(seeds) * sum(1 for variant in variants
                                      if not (version.reproducer.is_reference_pipeline and variant != "fixed"))
-            mean = means.get((version.reproducer_id, detector.name), means.get((version.reproducer_id, None)))
-            if mean is None:
+            per_step = means.get((version.reproducer_id, detector.name), means.get((version.reproducer_id, None)))
+            if per_step is None:
                 mean, guessed = version.time_limit_seconds / 3, guessed + count
+            else:
+                mean = per_step * (steps or version.default_steps)
             runs += count
             seconds += count * mean
     return {"runs": runs, "seconds": round(seconds), "guessed_runs": guessed}
@@ -305,6 +321,8 @@ def do_record_stability(campaign):
             tally[run.variant] += 1
     checks = []
     with transaction.atomic():
+        # A retried campaign is verified anew: its new checks replace those of its first completion.
+        StabilityCheck.objects.filter(campaign=campaign).delete()
         for version, tally in tallies.items():
             seeds = len(tally["seeds"])
             checks.append(StabilityCheck.objects.create(

@@ -23,7 +23,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bugs.models import ReproducerVersion, StabilityCheck
+from bugs.models import ReproducerVersion, ReviewState, StabilityCheck
 
 from .models import Alarm, Campaign, Environment, Run, RunStatus
 from .services import sync_detectors
@@ -123,9 +123,11 @@ def synthetic_environments():
 
 
 def latest_versions():
-    """The latest version of every loaded reproducer, bug reproducers first."""
+    """The latest approved version of every loaded reproducer, bug reproducers first (runs only ever
+    name approved versions)."""
     latest = {}
-    for version in (ReproducerVersion.objects.select_related("reproducer__bug").defer("files")
+    for version in (ReproducerVersion.objects.filter(review_state=ReviewState.APPROVED)
+                    .select_related("reproducer__bug").defer("files")
                     .order_by("reproducer_id", "-created_at", "-id")):
         latest.setdefault(version.reproducer_id, version)
     return sorted(latest.values(), key=lambda v: (v.reproducer.bug_id is None, str(v.reproducer)))

@@ -1,3 +1,6 @@
+import hashlib
+import json
+import math
 from datetime import timedelta
 from functools import cache
 
@@ -86,18 +89,31 @@ def campaign_new(request):
     preview = None
     if request.method == "POST" and form.is_valid():
         versions, detectors, variants, seeds, steps = form.plan()
-        if "confirm" in request.POST and versions:
+        digest = plan_digest(versions, detectors, variants, seeds, steps)
+        if "confirm" in request.POST and versions and request.POST.get("plan") == digest:
             campaign = do_create_campaign(request.user, form.cleaned_data["name"], versions, detectors, variants,
                                           seeds, steps)
             messages.success(request, f"Campaign queued: {campaign.runs.count()} runs.")
             return redirect(campaign)
         covered = {version.reproducer.bug.bug_id for version in versions if version.reproducer.bug_id}
-        preview = {**estimate_campaign(versions, detectors, variants, seeds), "versions": versions,
+        if "confirm" in request.POST:
+            messages.warning(request, "The choices changed since the preview: check the new count, then confirm.")
+        preview = {**estimate_campaign(versions, detectors, variants, seeds, steps), "versions": versions,
+                   "plan": digest,
                    "uncovered": sorted(set(form.cleaned_data["bugs"]) - covered),
                    "workers": active_workers().count()}
+        preview["minutes"] = math.ceil(preview["seconds"] / 60)
+        preview["minutes_spread"] = math.ceil(preview["seconds"] / 60 / max(1, preview["workers"]))
     return render(request, "runners/campaign_new.html", {
         "form": form, "preview": preview,
         "detector_descriptions": [(name, plugin.description) for name, plugin in all_plugins().items()]})
+
+
+def plan_digest(versions, detectors, variants, seeds, steps):
+    """Names exactly what a preview showed; confirming needs the same, so a campaign that was never
+    previewed (choices changed, then Enter pressed) is not queued."""
+    plan = [sorted(v.pk for v in versions), sorted(d.pk for d in detectors), sorted(variants), sorted(seeds), steps]
+    return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
 
 
 def active_workers():

@@ -1,4 +1,6 @@
 """The campaign builder (count and estimate before confirming), the live page, cancel and retry."""
+import re
+
 import pytest
 
 from runners.forms import parse_seeds
@@ -49,11 +51,14 @@ def test_preview_shows_the_run_count_and_estimate_then_confirm_queues(client, ve
     client.force_login(MaintainerFactory())
     page = client.post("/campaigns/new/", {**FORM, "preview": "1"}).content.decode()
     # 2 detectors x 2 variants x 3 seeds; plain from history (12 s), nan_inf from the reproducer's mean (12 s)
-    assert "12 runs, about 2 min on one worker slot" in page
+    assert "12 runs, about 3 min on one worker slot" in page
     assert Campaign.objects.count() == 0 and Run.objects.count() == 1
     assert HOSTILE not in page
+    plan = re.search(r'name="plan" value="(\w+)"', page)[1]
+    changed = client.post("/campaigns/new/", {**FORM, "seeds": "0-3", "plan": plan, "confirm": "1"})
+    assert "The choices changed since the preview" in changed.content.decode() and Campaign.objects.count() == 0
     with django_capture_on_commit_callbacks() as callbacks:
-        response = client.post("/campaigns/new/", {**FORM, "confirm": "1"})
+        response = client.post("/campaigns/new/", {**FORM, "plan": plan, "confirm": "1"})
     campaign = Campaign.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/campaigns/{campaign.pk}/"
     assert campaign.runs.count() == 12 and len(callbacks) == 1
@@ -118,3 +123,28 @@ def test_a_cancelled_campaign_completes_when_nothing_runs(version):
     assert campaign.completed_at is not None and campaign.state == "cancelled"
     assert set(campaign.runs.values_list("failure_reason", flat=True)) == {
         "Cancelled by the operator before it started."}
+
+
+def test_cancelling_with_nothing_queued_changes_nothing(version):
+    campaign = do_create_campaign(None, "c", [version], [detector_record("plain")], enqueue=False)
+    Run.objects.filter(campaign=campaign).update(status=RunStatus.RUNNING)
+    assert do_cancel_campaign(MaintainerFactory(), campaign) == []
+    campaign.refresh_from_db()
+    assert campaign.cancelled_at is None and campaign.state == "running"
+
+
+def test_a_retried_verification_replaces_its_stability_check(version):
+    from bugs.models import StabilityCheck
+    from runners.services import do_complete_campaign, do_retry_failed_runs, do_start_verification
+
+    campaign = do_start_verification(MaintainerFactory(), [version], seeds=1)
+    buggy, fixed = campaign.runs.order_by("variant")
+    Run.objects.filter(pk=buggy.pk).update(status=RunStatus.SUCCEEDED, manifested=True)
+    Run.objects.filter(pk=fixed.pk).update(status=RunStatus.FAILED, failure_reason="worker lost")
+    assert do_complete_campaign(campaign)
+    assert StabilityCheck.objects.get(campaign=campaign).verdict == "flaky"
+    do_retry_failed_runs(None, campaign)
+    Run.objects.filter(pk=fixed.pk).update(status=RunStatus.SUCCEEDED, manifested=False)
+    assert do_complete_campaign(campaign)
+    assert [check.verdict for check in StabilityCheck.objects.filter(campaign=campaign)] == ["verified"]
+    assert version.reproducer.bug.__class__.objects.get(pk=version.reproducer.bug_id).status == "verified"

@@ -147,7 +147,8 @@ def test_only_the_submitter_or_a_maintainer_sends_a_new_version(client):
     response = client.post("/bugs/GH-4242/submit/", {"reproducer_name": "cpu", "files": uploads(changed)})
     assert response.status_code == 302
     second = ReproducerVersion.objects.exclude(pk=first.pk).get()
-    assert second.previous_version() == first and second.review_state == ReviewState.PENDING
+    assert second.review_state == ReviewState.PENDING
+    assert second.approved_baseline() is None  # the first version was never approved
     page = client.post("/bugs/GH-4242/submit/", {"reproducer_name": "cpu", "files": uploads(changed)})
     assert "identical to version" in page.content.decode()
 
@@ -167,14 +168,20 @@ def test_the_review_queue_is_for_maintainers(client, submitted):
     assert ReproducerVersion.objects.get().review_state == ReviewState.PENDING
 
 
-def test_a_maintainer_reads_the_diff_and_rejects_with_a_reason(client, submitted):
-    changed = {**FILES, "repro.py": FILES["repro.py"] + f"\n# {HOSTILE}\n"}
-    second = do_submit_reproducer(submitted.submitted_by, changed, bug=submitted.reproducer.bug)
-    client.force_login(MaintainerFactory())
+def test_a_maintainer_reads_the_diff_against_the_approved_version_and_rejects_with_a_reason(client, submitted):
+    maintainer = MaintainerFactory()
+    do_review_version(submitted, maintainer, approve=True, verify=False)
+    bug = submitted.reproducer.bug
+    staged = {**FILES, "repro.py": FILES["repro.py"] + "\nimport os  # staged in an unreviewed version\n"}
+    do_submit_reproducer(submitted.submitted_by, staged, bug=bug)
+    changed = {**staged, "repro.py": staged["repro.py"] + f"\n# {HOSTILE}\n"}
+    second = do_submit_reproducer(submitted.submitted_by, changed, bug=bug)
+    client.force_login(maintainer)
     queue = client.get("/review/").content.decode()
     assert queue.count("Read and review") == 2 and HOSTILE not in queue and "&lt;script&gt;" in queue
     page = client.get(f"/review/{second.pk}/").content.decode()
-    assert f"since version <code>{submitted.short_hash}</code>" in page
+    assert f"since the latest approved version, <code>{submitted.short_hash}</code>" in page
+    assert "staged in an unreviewed version" in page  # the diff shows what the pending version staged too
     assert "repro.py" in page and "changed" in page and HOSTILE not in page
     assert client.post(f"/review/{second.pk}/", {"decision": "reject", "note": " "}).status_code == 200
     assert ReproducerVersion.objects.get(pk=second.pk).review_state == ReviewState.PENDING
@@ -249,3 +256,43 @@ def test_the_api_takes_an_archive_and_reports_problems(django_capture_on_commit_
                                                         {"decision": "approve", "note": "ok"})
     assert response.status_code == 200 and response.json()["review_state"] == "approved"
     assert Run.objects.filter(reproducer_version=version).count() == 6
+
+
+def test_an_archive_of_countless_entries_is_refused_without_reading_them_all():
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as out:
+        for i in range(5000):
+            out.addfile(tarfile.TarInfo(f"f{i}.py"), io.BytesIO(b""))
+    _, problems = read_uploads([SimpleUploadedFile("many.tar.gz", buffer.getvalue())])
+    assert problems == ["The archive holds more than 20 files, the most that are accepted."]
+
+
+def test_unreviewed_submissions_stay_out_of_the_public_catalog(client, submitted):
+    for user in (None, UserFactory()):
+        if user:
+            client.force_login(user)
+        assert "GH-4242" not in client.get("/").content.decode()
+        assert "GH-4242" not in client.get("/catalog.csv").content.decode()
+        assert client.get("/bugs/GH-4242/").status_code == 404
+        assert client.get("/api/bugs/GH-4242/").status_code == 404
+    client.force_login(submitted.submitted_by)
+    assert client.get("/bugs/GH-4242/").status_code == 200 and "GH-4242" in client.get("/").content.decode()
+    client.force_login(MaintainerFactory())
+    assert client.get("/bugs/GH-4242/").status_code == 200
+    do_review_version(submitted, MaintainerFactory(), approve=True, verify=False)
+    client.logout()
+    assert client.get("/bugs/GH-4242/").status_code == 200
+
+
+def test_a_submitted_manifest_changes_where_runs_go_only_once_approved(submitted):
+    maintainer = MaintainerFactory()
+    do_review_version(submitted, maintainer, approve=True, verify=False)
+    cuda = yaml.safe_dump({**MANIFEST, "needs": {**MANIFEST["needs"], "cuda": True, "world_size": 4}})
+    newer = do_submit_reproducer(submitted.submitted_by, {**FILES, "reproducer.yaml": cuda},
+                                 bug=submitted.reproducer.bug)
+    reproducer = newer.reproducer
+    reproducer.refresh_from_db()
+    assert (reproducer.needs_cuda, reproducer.world_size) == (False, 1)
+    do_review_version(newer, maintainer, approve=True, verify=False)
+    reproducer.refresh_from_db()
+    assert (reproducer.needs_cuda, reproducer.world_size) == (True, 4)

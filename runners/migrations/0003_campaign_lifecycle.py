@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
-from django.db.models import Max, Q
+from django.db.models import Max
 
 
 def backfill(apps, schema_editor):
@@ -12,8 +12,8 @@ def backfill(apps, schema_editor):
     for purpose in ("verification", "evaluation"):
         Campaign.objects.filter(name__startswith=purpose).update(purpose=purpose)
     finished = Campaign.objects.exclude(runs__status__in=["queued", "running"]).annotate(last=Max("runs__finished_at"))
-    for campaign in finished.filter(~Q(last=None)):
-        Campaign.objects.filter(pk=campaign.pk).update(completed_at=campaign.last)
+    for campaign in finished:
+        Campaign.objects.filter(pk=campaign.pk).update(completed_at=campaign.last or campaign.created_at)
 
 
 class Migration(migrations.Migration):
