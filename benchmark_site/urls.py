@@ -9,6 +9,8 @@ from evaluation.api import ResultsView
 from runners.api import AlarmViewSet, CampaignViewSet, DetectorViewSet, RunViewSet
 from runners.views import plotly_js
 
+from . import health
+
 router = DefaultRouter()
 router.register("bugs", BugViewSet, basename="bug")
 router.register("reproducer-versions", ReproducerVersionViewSet, basename="reproducer-version")
@@ -20,6 +22,8 @@ router.register("alarms", AlarmViewSet, basename="alarm")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
 urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("healthz/ready", health.ready, name="healthz-ready"),
     path("", include("bugs.urls")),
     path("", include("runners.urls")),
     path("results/", include("evaluation.urls")),

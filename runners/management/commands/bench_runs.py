@@ -5,7 +5,12 @@ own local worker, e.g.:
 
     CELERY_BROKER_URL=redis://127.0.0.1:6379/0 DATABASE_URL=postgres://postgres@127.0.0.1/silentbench \
         .venv/bin/python manage.py bench_runs --repeat 5
+
+With ``--throughput N --workers W``: N runs at once through W local workers (queued-to-started
+latency under a backlog and with an idle worker, runs per minute) against the same N runs executed
+directly in the sandbox by W threads, as a wall-time ratio (runners/loadbench.py; bench_load runs it).
 """
+import os
 import statistics
 import subprocess
 import sys
@@ -17,6 +22,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from runners.execution import materialize
+from runners.loadbench import idle_dispatch, run_direct, run_specs, run_through_workers, throughput_summary
 from runners.local_worker import local_worker
 from runners.progress import wait_for_campaign
 from runners.services import detector_record, do_create_campaign, runnable_versions
@@ -40,6 +46,11 @@ class Command(BaseCommand):
         parser.add_argument("--through", type=int, default=1,
                             help="runs through the worker per reproducer and variant, one at a time")
         parser.add_argument("--bugs", help="comma-separated bug IDs (default: all runnable)")
+        parser.add_argument("--throughput", type=int, default=0,
+                            help="instead: this many runs through --workers workers at once, against directly")
+        parser.add_argument("--workers", type=int, default=2, help="with --throughput: worker processes / threads")
+        parser.add_argument("--idle", type=int, default=5,
+                            help="with --throughput: single runs timed queued->started with an idle worker")
 
     def handle(self, *args, repeat, through, bugs, **options):
         call_command("migrate", interactive=False, verbosity=0)
@@ -47,6 +58,9 @@ class Command(BaseCommand):
         versions = runnable_versions(bugs.split(",") if bugs else None)
         broker = settings.CELERY_BROKER_URL.split("://")[0]
         database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+        if options["throughput"]:
+            return self.throughput(versions, options["throughput"], options["workers"], options["idle"],
+                                   broker, database)
         self.stdout.write(f"broker={broker} database={database} alone x{repeat}, through the worker x{through}")
 
         alone = {}
@@ -79,3 +93,18 @@ class Command(BaseCommand):
         self.stdout.write(f"\nmedian queued->started: {statistics.median(dispatch) * 1000:.0f} ms "
                           f"(min {min(dispatch) * 1000:.0f}, max {max(dispatch) * 1000:.0f}, n={len(dispatch)})")
         self.stdout.write(f"median pipeline/alone wall ratio: {statistics.median(ratios):.2f}")
+
+    def throughput(self, versions, count, workers, idle, broker, database):
+        plain = detector_record("plain")
+        specs = run_specs(versions, count)
+        load = os.getloadavg()
+        self.stdout.write(f"broker={broker} database={database}: {count} plain runs of "
+                          f"{', '.join(str(v.reproducer) for v in versions)} (both variants), {workers} workers; "
+                          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        logs = settings.VAR_DIR / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        direct_wall, direct_failures = run_direct(specs, plain, workers)
+        runs = run_through_workers(specs, plain, workers, logs)
+        idle_latencies = idle_dispatch(specs[:idle], plain, logs) if idle else []
+        for line in throughput_summary(runs, direct_wall, direct_failures, workers, idle_latencies):
+            self.stdout.write(line)
