@@ -244,7 +244,8 @@ def throughput_summary(runs, direct_wall, direct_failures, workers, idle=None):
         f"| runs per minute | {60 * len(runs) / wall:.1f} | {60 * len(runs) / direct_wall:.1f} |",
         f"| queued→started p50 / p95 (s), backlog of {len(runs)} | {percentile(waits, 0.5):.2f} / "
         f"{percentile(waits, 0.95):.2f} | - |",
-        f"| reproducer wall time in the sandbox, median (s) | {statistics.median(executing):.2f} | - |",
+        f"| reproducer wall time in the sandbox, median (s) | "
+        f"{statistics.median(executing) if executing else float('nan'):.2f} | - |",
     ]
     if idle:
         lines.append(f"| queued→started p50 / p95 (ms), idle worker, n={len(idle)} | "

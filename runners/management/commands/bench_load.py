@@ -18,7 +18,7 @@ reproducers directly):
     createdb -h 127.0.0.1 -U postgres silentbench_load_runs
     .venv/bin/python manage.py bench_load --runs \\
         --runs-database-url postgres://postgres@127.0.0.1:5432/silentbench_load_runs \\
-        --broker-url redis://127.0.0.1:6379/11 --throughput 40 --workers 2
+        --broker-url redis://127.0.0.1:6379/9 --throughput 40 --workers 2
 
 No part given: both.
 """
@@ -53,9 +53,10 @@ class Command(BaseCommand):
         runs = parser.add_argument_group("runs")
         runs.add_argument("--runs-database-url", help="a separate small database for the runs part (bench_runs "
                                                       "migrates it and loads the catalog); default: the configured one")
-        runs.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/11"))
+        runs.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/9"))
         runs.add_argument("--throughput", type=int, default=40, help="runs through the broker (and directly)")
         runs.add_argument("--workers", type=int, default=2, help="local worker processes (and direct threads)")
+        runs.add_argument("--idle", type=int, default=5, help="single runs timed queued->started, idle worker")
         runs.add_argument("--bugs", default="TE-1047,PT-124357", help="reproducers to run (the fastest CPU ones)")
 
     def handle(self, *args, **options):
@@ -102,7 +103,7 @@ class Command(BaseCommand):
         env = {**os.environ, "CELERY_BROKER_URL": options["broker_url"],
                "DATABASE_URL": options["runs_database_url"] or database_url(connection.settings_dict)}
         argv = [sys.executable, "manage.py", "bench_runs", "--throughput", str(options["throughput"]),
-                "--workers", str(options["workers"]), "--bugs", options["bugs"]]
+                "--workers", str(options["workers"]), "--idle", str(options["idle"]), "--bugs", options["bugs"]]
         self.stdout.write(f"\n$ CELERY_BROKER_URL={env['CELERY_BROKER_URL']} DATABASE_URL={env['DATABASE_URL']} "
                           f"{' '.join(argv[1:])}")
         self.stdout.flush()
