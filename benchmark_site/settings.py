@@ -175,6 +175,12 @@ SILENTBENCH_MAX_MEMORY_MB = int(os.environ.get("SILENTBENCH_MAX_MEMORY_MB", "819
 SILENTBENCH_LOG_CAP_BYTES = int(os.environ.get("SILENTBENCH_LOG_CAP_BYTES", str(64 * 1024)))
 SILENTBENCH_OUTPUT_FLOOD_BYTES = int(os.environ.get("SILENTBENCH_OUTPUT_FLOOD_BYTES", str(32 * 1024 * 1024)))
 SILENTBENCH_REPORT_CAP_BYTES = int(os.environ.get("SILENTBENCH_REPORT_CAP_BYTES", str(16 * 1024 * 1024)))
+# --- Routing by need (runners/routing.py, docs/gpu-nodes.md). ---
+SILENTBENCH_GPU_MEMORY_TIERS_GB = [int(tier) for tier in env_list("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24,40,48,80")]
+SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))
+SILENTBENCH_GPU_LEASE_WAIT_SECONDS = float(os.environ.get("SILENTBENCH_GPU_LEASE_WAIT_SECONDS", "1800"))
+SILENTBENCH_UNSERVABLE_GRACE_MINUTES = float(os.environ.get("SILENTBENCH_UNSERVABLE_GRACE_MINUTES", "10"))
+SILENTBENCH_WORKER_SEEN_MINUTES = float(os.environ.get("SILENTBENCH_WORKER_SEEN_MINUTES", "10"))
 # Submitted reproducers: limits checked before anything is stored; k seeds of verification on approval.
 SILENTBENCH_SUBMISSION_MAX_FILES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_FILES", "20"))
 SILENTBENCH_SUBMISSION_MAX_FILE_BYTES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_FILE_BYTES", str(256 * 1024)))

@@ -9,8 +9,14 @@ import socket
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 RECORDED_PACKAGES = ("torch", "numpy", "traincheck", "celery", "django")
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.total,uuid", "--format=csv,noheader,nounits"]
+# The lines of `nvidia-smi -q` that name the hardware and driver; the rest (temperatures, clocks,
+# memory in use, timestamps) changes from one call to the next and stays out of the fingerprint.
+STABLE_SMI_FIELDS = ("Attached GPUs", "Product Name", "GPU UUID", "VBIOS Version", "Driver Version", "CUDA Version",
+                     "Total")
 
 
 def _cpu_model():
@@ -32,6 +38,65 @@ def _nvidia_smi():
         return subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+@functools.cache
+def gpu_inventory():
+    """This host's GPUs as [{index, name, memory_mb, uuid}] from ``nvidia-smi --query-gpu``; [] without
+    a driver. A worker started with ``CUDA_VISIBLE_DEVICES=2,3`` offers only those (nvidia-smi's indices
+    are PCI bus order, as runs see them: the sandbox sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        output = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) < 3 or not cells[0].isdigit():
+            continue
+        memory = cells[2].split()[0] if cells[2] else ""
+        gpus.append({"index": int(cells[0]), "name": cells[1],
+                     "memory_mb": int(float(memory)) if memory.replace(".", "", 1).isdigit() else 0,
+                     "uuid": cells[3] if len(cells) > 3 else ""})
+    allowed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if allowed is not None and all(part.strip().isdigit() for part in allowed.split(",") if part.strip()):
+        indices = {int(part) for part in allowed.split(",") if part.strip()}
+        gpus = [gpu for gpu in gpus if gpu["index"] in indices]
+    return gpus
+
+
+def host_memory_mb():
+    """Physical memory, or the container's memory limit when that is lower."""
+    total = 0
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) // 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text(encoding="utf-8").strip()
+    except OSError:
+        limit = ""
+    if limit.isdigit():
+        total = min(total, int(limit) // 2**20) if total else int(limit) // 2**20
+    return total
+
+
+def torch_cuda(torch_version):
+    """The CUDA a torch wheel was built for, from its local version label (``2.13.0+cu128`` → ``12.8``)."""
+    label = torch_version.partition("+")[2]
+    if label.startswith("cu") and label[2:].isdigit() and len(label) >= 4:
+        return f"{label[2:-1]}.{label[-1]}"
+    return ""
+
+
+def _stable_smi(smi_text):
+    return "\n".join(line.strip() for line in smi_text.splitlines() if line.strip().startswith(STABLE_SMI_FIELDS))
 
 
 def _field(smi_text, name):
@@ -62,5 +127,6 @@ def host_facts():
         "cuda": _field(smi, "CUDA Version"),
         "nvidia_smi": smi[:20000],
     }
-    facts["fingerprint"] = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    stable = {**facts, "nvidia_smi": _stable_smi(smi)}
+    facts["fingerprint"] = hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
     return facts

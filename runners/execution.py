@@ -13,6 +13,7 @@ from django.conf import settings
 from .detectors import get_plugin
 from .detectors.base import RunContext
 from .report import parse_report
+from .routing import visible_devices
 from .sandbox import Limits, run_sandboxed
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -51,8 +52,9 @@ def materialize(files, workdir):
         target.write_text(text, encoding="utf-8")
 
 
-def scrubbed_environment(workdir, report_path, detector_name, detector_config, instrumented):
-    """The run's whole environment: built from nothing, so no secret or credential leaks in."""
+def scrubbed_environment(workdir, report_path, detector_name, detector_config, instrumented, devices=()):
+    """The run's whole environment: built from nothing, so no secret or credential leaks in. It sees only
+    the GPUs it holds (``devices``, nvidia-smi's indices); none at all when it holds none."""
     env = {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": str(workdir),
@@ -60,6 +62,8 @@ def scrubbed_environment(workdir, report_path, detector_name, detector_config, i
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "SILENTBENCH_REPORT": str(report_path),
+        "CUDA_VISIBLE_DEVICES": visible_devices(devices),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
     env.update({name: os.environ[name] for name in PASSTHROUGH_ENV if name in os.environ})
     if instrumented:
@@ -78,8 +82,9 @@ def run_limits(version):
     )
 
 
-def execute(run):
-    """Run ``run`` to completion in a fresh directory; always returns an outcome, never a half state.
+def execute(run, devices=()):
+    """Run ``run`` to completion in a fresh directory, on the GPUs ``devices`` it holds; always returns
+    an outcome, never a half state.
 
     A detector that works from outside (TrainCheck) wraps the command and checks the run's trace
     afterwards, while the directory still exists; its offline time is measured apart.
@@ -95,7 +100,8 @@ def execute(run):
         (workdir / "tmp").mkdir()
         report_path = workdir / ".silentbench-report.jsonl"
         materialize(version.files, workdir)
-        env = scrubbed_environment(workdir, report_path, plugin.name, run.detector.config, plugin.instruments)
+        env = scrubbed_environment(workdir, report_path, plugin.name, run.detector.config, plugin.instruments,
+                                   devices)
         env.update(plugin.environment(run.detector.config))
         context = RunContext(workdir=workdir, entrypoint=version.entrypoint, config=run.detector.config, env=env,
                              limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None)

@@ -26,11 +26,23 @@ class Detector(models.Model):
 
 
 class Worker(models.Model):
-    """A Celery worker host and what it can serve."""
+    """A Celery worker (by node name, ``gpu@node1``) and what it can serve, as it registered on start.
+
+    ``capabilities`` holds everything (its GPUs one by one, host facts); the columns repeat what
+    routing and the pages ask about. The queues follow from the capabilities (runners.routing).
+    """
 
     hostname = models.CharField(max_length=255, unique=True)
     queues = models.JSONField(default=list)
     capabilities = models.JSONField(default=dict)
+    concurrency = models.PositiveIntegerField(default=1)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=255, blank=True)
+    gpu_memory_mb = models.PositiveIntegerField(default=0, help_text="Memory of its smallest GPU.")
+    memory_mb = models.PositiveIntegerField(default=0, help_text="Host memory (or the container's limit).")
+    cuda = models.CharField(max_length=32, blank=True)
+    torch = models.CharField(max_length=64, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
     last_seen = models.DateTimeField()
 
     def __str__(self):

@@ -6,6 +6,7 @@ import logging
 import socket
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Avg, F
@@ -14,8 +15,9 @@ from django.utils import timezone
 from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, StabilityCheck, StabilityVerdict
 
 from .detectors import all_plugins, get_plugin
-from .environment import host_facts
+from .environment import gpu_inventory, host_facts, host_memory_mb, torch_cuda
 from .models import Alarm, Campaign, CampaignPurpose, Detector, Environment, Run, RunStatus, Worker
+from .routing import queue_for, unservable_reason
 
 logger = logging.getLogger(__name__)
 STALE_RUN_GRACE = timedelta(minutes=5)
@@ -54,10 +56,6 @@ def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
     for version in versions.order_by("reproducer__bug__bug_id", "reproducer__name", "-created_at", "-id"):
         latest.setdefault(version.reproducer_id, version)
     return list(latest.values())
-
-
-def queue_for(version):
-    return "gpu" if version.reproducer.needs_cuda else "cpu"
 
 
 def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixed"), seeds=(0,), steps=None,
@@ -209,14 +207,37 @@ def enqueue_runs(run_ids):
         execute_run.apply_async(args=[run_id], queue=queue)
 
 
-def current_worker(queues=("cpu",)):
+def host_capabilities():
+    """What this host offers runs: its GPUs (nvidia-smi), memory, CUDA and torch, besides the host facts."""
     facts = host_facts()
-    worker, _ = Worker.objects.update_or_create(
-        hostname=socket.gethostname(),
-        defaults={"queues": list(queues), "last_seen": timezone.now(),
-                  "capabilities": {key: facts[key] for key in CAPABILITY_FACTS}},
-    )
+    torch = facts["packages"].get("torch", "")
+    return {**{key: facts[key] for key in CAPABILITY_FACTS}, "gpus": gpu_inventory(), "memory_mb": host_memory_mb(),
+            "torch": torch, "torch_cuda": torch_cuda(torch)}
+
+
+def do_register_worker(name, queues, concurrency=1):
+    """Record a worker as it starts: the queues it consumes and what its host can serve."""
+    capabilities = host_capabilities()
+    gpus = capabilities["gpus"]
+    now = timezone.now()
+    worker, _ = Worker.objects.update_or_create(hostname=name, defaults={
+        "queues": list(queues), "capabilities": capabilities, "concurrency": concurrency,
+        "last_seen": now, "registered_at": now, "gpu_count": len(gpus),
+        "gpu_model": ", ".join(dict.fromkeys(gpu["name"] for gpu in gpus)),
+        "gpu_memory_mb": min((gpu["memory_mb"] for gpu in gpus), default=0),
+        "memory_mb": capabilities["memory_mb"], "cuda": capabilities["cuda"] or capabilities["torch_cuda"],
+        "torch": capabilities["torch"],
+    })
     return worker
+
+
+def current_worker(name=None):
+    """The Worker row of this process (its Celery node name, else the host name), marked seen now.
+    A process that runs tasks without having registered (eagerly, in tests) is recorded consuming nothing."""
+    name = name or socket.gethostname()
+    if not Worker.objects.filter(hostname=name).update(last_seen=timezone.now()):
+        return do_register_worker(name, queues=())
+    return Worker.objects.get(hostname=name)
 
 
 def current_environment():
@@ -300,6 +321,32 @@ def do_requeue_stale_runs(now=None):
     if requeued:
         transaction.on_commit(lambda: enqueue_runs(requeued))
     return requeued
+
+
+def do_flag_unservable_runs(now=None):
+    """Fail the runs that nobody can serve instead of leaving them queued for ever: queued for longer
+    than SILENTBENCH_UNSERVABLE_GRACE_MINUTES while no worker seen within SILENTBENCH_WORKER_SEEN_MINUTES
+    consumes their queue. The reason names what they need and what the live workers offer. Returns the IDs."""
+    now = now or timezone.now()
+    window = settings.SILENTBENCH_WORKER_SEEN_MINUTES
+    workers = list(Worker.objects.filter(last_seen__gte=now - timedelta(minutes=window)).order_by("hostname"))
+    served = {queue for worker in workers for queue in worker.queues}
+    waiting = (Run.objects.filter(status=RunStatus.QUEUED,
+                                  queued_at__lt=now - timedelta(minutes=settings.SILENTBENCH_UNSERVABLE_GRACE_MINUTES))
+               .exclude(queue__in=served))
+    failed, campaign_ids = [], set()
+    for queue in sorted(set(waiting.values_list("queue", flat=True))):
+        with transaction.atomic():
+            runs = list(waiting.filter(queue=queue).select_for_update().values_list("id", "campaign_id"))
+            Run.objects.filter(pk__in=[run_id for run_id, _ in runs], status=RunStatus.QUEUED).update(
+                status=RunStatus.FAILED, failure_reason=unservable_reason(queue, workers, window), finished_at=now)
+        failed += [run_id for run_id, _ in runs]
+        campaign_ids.update(campaign_id for _, campaign_id in runs if campaign_id)
+    for campaign in Campaign.objects.filter(pk__in=campaign_ids):
+        do_complete_campaign(campaign)
+    if failed:
+        logger.warning("failed %d run(s) that no live worker can serve: %s", len(failed), failed)
+    return failed
 
 
 def do_record_stability(campaign):

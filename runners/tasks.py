@@ -8,13 +8,16 @@ from .detectors import get_plugin
 from .execution import execute
 from .fitting import FitError, ensure_fit
 from .models import Run
+from .routing import DevicesBusy, NotEnoughDevices, devices_for_run, queues_for_worker
 from .services import (
     current_worker,
     do_claim_run,
     do_complete_campaign,
     do_fail_run_without_executing,
     do_finish_run,
+    do_register_worker,
     do_requeue_stale_runs,
+    host_capabilities,
 )
 
 logger = logging.getLogger(__name__)
@@ -22,18 +25,33 @@ logger = logging.getLogger(__name__)
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def execute_run(run_id):
-    run = do_claim_run(run_id, current_worker())
+    """Hold the GPUs the run's queue stands for (none for ``cpu``), then claim and execute it."""
+    try:
+        with devices_for_run(run_id) as devices:
+            _claim_and_execute(run_id, devices)
+    except DevicesBusy as busy:  # back in its queue, for this worker or another one, once the GPUs free up
+        logger.warning("run %s: %s; queued again", run_id, busy)
+        execute_run.apply_async(args=[run_id], queue=Run.objects.get(pk=run_id).queue)
+    except NotEnoughDevices as error:
+        _claim_and_execute(run_id, (), refusal=str(error))
+
+
+def _claim_and_execute(run_id, devices, refusal=""):
+    run = do_claim_run(run_id, current_worker(execute_run.request.hostname))
     if run is None:
         logger.info("run %s is not queued any more; nothing to do", run_id)
-    else:
-        try:
-            _execute_claimed(run)
-        finally:
-            if run.campaign_id:
-                do_complete_campaign(run.campaign)
+        return
+    try:
+        if refusal:
+            do_fail_run_without_executing(run, refusal)
+        else:
+            _execute_claimed(run, devices)
+    finally:
+        if run.campaign_id:
+            do_complete_campaign(run.campaign)
 
 
-def _execute_claimed(run):
+def _execute_claimed(run, devices):
     if not run.reproducer_version.is_approved:  # checked again here: no path runs unapproved code
         do_fail_run_without_executing(run, "Refused: this reproducer version is not approved by a maintainer.")
         return
@@ -45,12 +63,35 @@ def _execute_claimed(run):
         do_fail_run_without_executing(run, f"The detector's fit phase failed: {error}")
         return
     try:
-        outcome = execute(run)
+        outcome = execute(run, devices)
     except Exception as error:  # the worker lives on; the run says why it failed
         logger.exception("run %s could not be executed", run.pk)
         do_fail_run_without_executing(run, f"Internal error before the reproducer ran: {error}")
         return
     do_finish_run(run, outcome)
+
+
+AUTO_QUEUES = {"auto": True, "auto-gpu": False}  # -Q value: with the cpu queue or without
+
+
+def consume_auto_queues(instance):
+    """``celery worker -Q auto`` (or ``auto-gpu``, which leaves CPU runs to others): consume every queue
+    this host's capabilities can serve (runners.routing). Called from benchmark_site/celery.py, as the
+    worker sets up, before it consumes anything. Other names given with it (``-Q auto-gpu,x``) stay."""
+    queues = instance.app.amqp.queues
+    auto = [name for name in AUTO_QUEUES if name in (queues.consume_from or {})]
+    if auto:
+        named = [name for name in queues.consume_from if name not in AUTO_QUEUES]
+        cpu = any(AUTO_QUEUES[name] for name in auto)
+        queues.select(list(dict.fromkeys(queues_for_worker(host_capabilities(), cpu=cpu) + named)))
+
+
+@worker_ready.connect
+def register_worker_on_start(sender, **kwargs):
+    """Record the queues this worker consumes and what its host offers (GPUs, memory, CUDA, torch)."""
+    queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
+    worker = do_register_worker(sender.hostname, queues, sender.controller.concurrency)
+    logger.info("registered %s: queues %s, %d GPU(s)", worker.hostname, ", ".join(queues), worker.gpu_count)
 
 
 @worker_ready.connect

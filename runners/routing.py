@@ -1,0 +1,189 @@
+"""Routing by need: the queue a run goes to, the queues a worker consumes, why nobody can serve a run,
+and the GPUs a run gets on the worker that takes it.
+
+One rule, read in both directions (``queue_for`` and ``queues_for_worker``)::
+
+    cpu            no GPU
+    gpu<n>         n GPUs
+    gpu<n>-<t>gb   n GPUs with at least t GB each; a declared ``gpu_memory_gb`` is rounded up to a
+                   tier t of SILENTBENCH_GPU_MEMORY_TIERS_GB
+
+A worker with GPUs consumes ``gpu<k>`` for k up to its GPU count, ``gpu<k>-<t>gb`` for k up to the
+number of its GPUs that hold t GB, and ``cpu`` unless told not to. Cards report less than their
+nominal size (an L40S "48 GB" shows 45 GiB), so a GPU counts as t GB from 92% of t on.
+"""
+import fcntl
+import math
+import os
+import re
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from .environment import gpu_inventory
+from .models import Run, RunStatus
+
+MEMORY_SLACK = 0.92
+QUEUE_PATTERN = re.compile(r"^gpu(?P<gpus>\d*)(?:-(?P<memory>\d+)gb)?$")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one run needs from its worker: GPUs, and GPU memory per GPU (0 when any will do)."""
+
+    gpus: int = 0
+    gpu_memory_gb: int = 0
+
+    def __str__(self):
+        if not self.gpus:
+            return "no GPU"
+        plural = "GPU" if self.gpus == 1 else "GPUs"
+        memory = f" with {self.gpu_memory_gb} GB each" if self.gpu_memory_gb else ""
+        return f"{self.gpus} {plural}{memory}"
+
+
+def memory_tier(gpu_memory_gb):
+    """The smallest tier that holds ``gpu_memory_gb``; past the largest tier, the need itself (whole GB),
+    which only a worker configured with such a tier consumes."""
+    if not gpu_memory_gb:
+        return 0
+    return next((tier for tier in sorted(settings.SILENTBENCH_GPU_MEMORY_TIERS_GB) if tier >= gpu_memory_gb),
+                math.ceil(gpu_memory_gb))
+
+
+def needs_of(version):
+    """A reproducer version's declared needs (``needs:`` in its reproducer.yaml). CUDA means one GPU at least."""
+    declared = (version.manifest or {}).get("needs") or {}
+    gpus = int(declared.get("gpus") or 0)
+    if declared.get("cuda") or version.reproducer.needs_cuda:
+        gpus = max(gpus, 1)
+    memory = float(declared.get("gpu_memory_gb") or 0) if gpus else 0
+    return Needs(gpus, memory_tier(memory))
+
+
+def queue_name(needs):
+    if not needs.gpus:
+        return "cpu"
+    return f"gpu{needs.gpus}" + (f"-{needs.gpu_memory_gb}gb" if needs.gpu_memory_gb else "")
+
+
+def queue_for(version):
+    return queue_name(needs_of(version))
+
+
+def needs_of_queue(queue):
+    """The needs a queue name stands for (``gpu`` is the one-GPU queue of earlier releases)."""
+    match = QUEUE_PATTERN.match(queue)
+    if not match:
+        return Needs()
+    return Needs(int(match["gpus"] or 1), int(match["memory"] or 0))
+
+
+def holds(gpu, gpu_memory_gb):
+    return not gpu_memory_gb or gpu["memory_mb"] >= MEMORY_SLACK * gpu_memory_gb * 1024
+
+
+def queues_for_worker(capabilities, cpu=True):
+    """Every queue a worker with these capabilities can serve, small needs first."""
+    gpus = capabilities.get("gpus") or []
+    queues = ["cpu"] if cpu else []
+    queues += [f"gpu{count}" for count in range(1, len(gpus) + 1)]
+    for tier in sorted(settings.SILENTBENCH_GPU_MEMORY_TIERS_GB):
+        able = sum(1 for gpu in gpus if holds(gpu, tier))
+        queues += [f"gpu{count}-{tier}gb" for count in range(1, able + 1)]
+    return queues
+
+
+def describe_worker(worker):
+    """``b (2× NVIDIA A100-SXM4-40GB, 40 GB)`` or ``a (cpu)``: what a worker offers, for a person."""
+    gpus = worker.capabilities.get("gpus") or []
+    if not gpus:
+        return f"{worker.hostname} (cpu)"
+    models = {}
+    for gpu in gpus:
+        models.setdefault((gpu["name"], round(gpu["memory_mb"] / 1024)), []).append(gpu)
+    offered = ", ".join(f"{len(same)}× {name} {memory} GB" for (name, memory), same in models.items())
+    return f"{worker.hostname} ({offered})"
+
+
+def unservable_reason(queue, workers, window_minutes):
+    seen = "; ".join(describe_worker(worker) for worker in workers) or "none"
+    return (f"No worker can serve this run: it needs {needs_of_queue(queue)} (queue {queue}); "
+            f"workers seen in the last {window_minutes:g} min: {seen}.")
+
+
+class NotEnoughDevices(Exception):
+    """This worker does not have the GPUs a run needs at all: the run was routed to the wrong worker."""
+
+
+class DevicesBusy(Exception):
+    """The GPUs exist but other runs held them for longer than the lease wait."""
+
+
+def _try_lock(indices, count, lock_dir):
+    """Lock ``count`` of ``indices`` at once, or none: [(index, file)] or None."""
+    held = []
+    for index in indices:
+        handle = open(lock_dir / f"gpu{index}.lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        held.append((index, handle))
+        if len(held) == count:
+            return held
+    for _, handle in held:
+        handle.close()  # closing the file releases its lock
+    return None
+
+
+@contextmanager
+def device_lease(needs, gpus, lock_dir=None, wait_seconds=None, poll_seconds=0.5):
+    """Hold ``needs.gpus`` of this host's ``gpus`` exclusively; yields their indices, sorted.
+
+    One lock file per GPU under ``lock_dir``, taken with flock by whichever worker process runs the
+    run; the kernel drops the lock when the process ends, even by kill -9, so a lease never outlives
+    its run. Locks are taken all or none, so two runs that each need two GPUs never deadlock.
+    """
+    if not needs.gpus:
+        yield ()
+        return
+    eligible = sorted(gpu["index"] for gpu in gpus if holds(gpu, needs.gpu_memory_gb))
+    if len(eligible) < needs.gpus:
+        offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
+        raise NotEnoughDevices(f"This worker cannot serve the run: it needs {needs}; this host has "
+                               f"{offered or 'no GPU'}.")
+    lock_dir = Path(lock_dir or settings.SILENTBENCH_GPU_LOCK_DIR)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    wait_seconds = settings.SILENTBENCH_GPU_LEASE_WAIT_SECONDS if wait_seconds is None else wait_seconds
+    deadline = time.monotonic() + wait_seconds
+    while (held := _try_lock(eligible, needs.gpus, lock_dir)) is None:
+        if time.monotonic() >= deadline:
+            raise DevicesBusy(f"{needs} not free on this host within {wait_seconds:g} s")
+        time.sleep(poll_seconds)
+    with ExitStack() as stack:
+        for _, handle in held:
+            stack.callback(handle.close)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+        yield tuple(index for index, _ in held)
+
+
+@contextmanager
+def devices_for_run(run_id):
+    """The lease of a queued run on this worker's GPUs, by what its queue stands for; nothing for a run
+    that is not queued any more (it will not be claimed)."""
+    queue = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).values_list("queue", flat=True).first()
+    with device_lease(needs_of_queue(queue or "cpu"), gpu_inventory()) as devices:
+        yield devices
+
+
+def visible_devices(devices):
+    """The value of CUDA_VISIBLE_DEVICES for a run holding ``devices``: "" hides every GPU from a CPU run."""
+    return ",".join(str(index) for index in devices)
