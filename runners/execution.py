@@ -79,6 +79,8 @@ def run_limits(version):
         memory_mb=min(version.memory_mb, settings.SILENTBENCH_MAX_MEMORY_MB),
         log_cap_bytes=settings.SILENTBENCH_LOG_CAP_BYTES,
         flood_bytes=settings.SILENTBENCH_OUTPUT_FLOOD_BYTES,
+        max_processes=settings.SILENTBENCH_MAX_PROCESSES,
+        user=settings.SILENTBENCH_SANDBOX_USER,
     )
 
 

@@ -1,14 +1,31 @@
 """Run an untrusted program in a subprocess with limits, and say clearly how it ended.
 
 Pure Python (no Django), so that it can be tested and reused on its own.
+
+Confinement, from the outside in: its own session and process group (killed as a whole); rlimits
+for memory, file size, core dumps and processes; death with the process that started it
+(``PR_SET_PDEATHSIG``), so a worker killed with -9 leaves no reproducer behind; an unprivileged
+user when the worker is root (``Limits.user``); and a Landlock ruleset, which needs no privilege
+(it works as uid 1000 in Docker, whose default seccomp profile allows it): the program may write
+only under its own directory and ``/dev`` (``/dev/null``, ``/dev/shm``, GPU devices), and may not
+signal or ptrace processes outside its sandbox (so not the worker, nor read its environment).
 """
+import ctypes
+import functools
+import logging
 import os
+import pwd
 import resource
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -18,6 +35,10 @@ class Limits:
     log_cap_bytes: int = 64 * 1024
     flood_bytes: int = 32 * 1024 * 1024
     file_size_mb: int = 256
+    # Processes and threads of the program's user (RLIMIT_NPROC counts per user: all of the worker's
+    # when it runs unprivileged, only the sandbox's when a root worker switches to ``user``).
+    max_processes: int = 512
+    user: str = "nobody"  # who runs the program when the worker is root ("" keeps root: tests only)
 
 
 @dataclass
@@ -62,6 +83,7 @@ class SandboxResult:
     output_truncated: bool
     timed_out: bool = False
     flooded: bool = False
+    forked_too_much: bool = False
 
     @property
     def signal_name(self):
@@ -74,9 +96,15 @@ class SandboxResult:
 
     def failure_reason(self, limits):
         """A sentence for a human, or '' when the program ended normally with exit code 0."""
+        forking = hit_process_limit(self.stderr)
+        if self.forked_too_much:
+            return (f"Process limit exceeded: more than {limits.max_processes} processes at once (a fork bomb?); "
+                    "the process group was killed.")
         if self.timed_out:
             return (f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; "
-                    "the process group was killed.")
+                    "the process group was killed."
+                    + (f" It had reached the limit of {limits.max_processes} processes (a fork bomb?)."
+                       if forking else ""))
         if self.flooded:
             return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
         if self.exit_code == 0:
@@ -84,6 +112,11 @@ class SandboxResult:
         last_line = next((line for line in reversed(self.stderr.strip().splitlines()) if line.strip()), "")
         if looks_out_of_memory(self.stderr):
             return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
+        if forking:
+            return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
+        if looks_like_refused_write(self.stderr):
+            return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
+                    f"{last_line}").strip()
         if self.signal_name:
             return f"Crashed: killed by {self.signal_name}. {last_line}".strip()
         return f"Crashed: exited with code {self.exit_code}. {last_line}".strip()
@@ -96,15 +129,159 @@ def looks_out_of_memory(stderr):
     return any(marker in stderr for marker in OOM_MARKERS)
 
 
-def _apply_limits(limits):
+def hit_process_limit(stderr):
+    return "BlockingIOError" in stderr or "Resource temporarily unavailable" in stderr
+
+
+def looks_like_refused_write(stderr):
+    return "PermissionError" in stderr or "Permission denied" in stderr or "Read-only file system" in stderr
+
+
+# --- Landlock (Linux >= 5.13), through raw system calls: same numbers on every architecture. ---
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_FS_WRITE = sum(1 << bit for bit in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write file, remove, make anything
+_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14  # Landlock ABI 2 and 3
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@functools.cache
+def landlock_abi():
+    """The kernel's Landlock ABI version, or 0 where it is unavailable (old kernel, disabled, seccomp)."""
+    version = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return max(version, 0)
+
+
+def describe_confinement(limits):
+    """One line for the worker's log: who runs the programs and whether Landlock confines their writes."""
+    account = _sandbox_account(limits, [sys.executable]) or pwd.getpwuid(os.geteuid())
+    abi = landlock_abi()
+    confined = f"Landlock ABI {abi}" if abi else "NOT confined (no Landlock in this kernel or container)"
+    return f"reproducers run as {account.pw_name}; writes outside their directory: {confined}"
+
+
+def _sandbox_account(limits, paths=()):
+    """The user to run as: ``limits.user`` when the worker is root, else None (stay who we are).
+
+    Also None, with a warning, when that user could not reach one of ``paths`` (the run directory,
+    the interpreter) through a parent directory closed to others, such as a Python under /root:
+    Landlock still confines the writes, and the process count still holds."""
+    if os.geteuid() != 0 or not limits.user:
+        return None
+    account = pwd.getpwnam(limits.user)
+    unreachable = [str(path) for path in paths if not _reachable_by(account, Path(path))]
+    if unreachable:
+        logger.warning("%s cannot reach %s: the reproducer runs as root", account.pw_name, ", ".join(unreachable))
+        return None
+    return account
+
+
+def _interpreters(program, env):
+    """The program's file and, for a script, the interpreter on its ``#!`` line."""
+    path = shutil.which(program, path=env.get("PATH")) or program
+    try:
+        with open(path, "rb") as head:
+            line = head.readline(512)
+    except OSError:
+        return [path]
+    words = line[2:].split() if line.startswith(b"#!") else []
+    return [path, words[0].decode(errors="replace")] if words else [path]
+
+
+def _reachable_by(account, path):
+    for parent in path.resolve().parents:
+        info = parent.stat()
+        search = 0o100 if info.st_uid == account.pw_uid else 0o010 if info.st_gid == account.pw_gid else 0o001
+        if not info.st_mode & search:
+            return False
+    return True
+
+
+def _landlock_writes_only_under(paths):
+    """In the child: from now on, writes succeed only beneath ``paths``; signals stay inside the sandbox."""
+    abi = landlock_abi()
+    if not abi:
+        return
+    handled = _FS_WRITE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    attr = _RulesetAttr(handled_access_fs=handled, scoped=_SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24  # the struct grew with the ABI
+    ruleset = _libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        for path in paths:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneathAttr(allowed_access=handled, parent_fd=fd)
+                if _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)):
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+            finally:
+                os.close(fd)
+        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+        if _libc.syscall(_SYS_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)):
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def _apply_limits(limits, writable, parent_pid):
+    """The child's set-up between fork and exec (after Popen switched to the sandbox's user)."""
     def preexec():
         memory = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         file_size = limits.file_size_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        # Die with the thread that started us (a worker killed -9). Set after the change of user, which
+        # clears it; and if that parent is already gone, die now.
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+        _landlock_writes_only_under([writable, "/dev"])
 
     return preexec
+
+
+def _give_to(account, root):
+    """Hand the run directory to the sandbox's user (a root worker wrote it)."""
+    for directory, subdirectories, files in os.walk(root):
+        os.chown(directory, account.pw_uid, account.pw_gid)
+        for name in files:
+            os.chown(os.path.join(directory, name), account.pw_uid, account.pw_gid, follow_symlinks=False)
+
+
+GROUP_CHECK_SECONDS = 0.2
+
+
+def group_size(pgid):
+    """How many processes are in process group ``pgid`` now (from /proc)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            count += int(fields[2]) == pgid
+    return count
 
 
 def _kill_group(process):
@@ -115,7 +292,15 @@ def _kill_group(process):
 
 
 def run_sandboxed(argv, workdir, env, limits):
-    """Run ``argv`` in ``workdir`` with exactly ``env``; never raises for the program's misbehaviour."""
+    """Run ``argv`` in ``workdir`` with exactly ``env``; never raises for the program's misbehaviour.
+
+    The program may write only beneath its home (``env["HOME"]``, else ``workdir``): the run's own
+    directory. It dies if the calling thread ends, so call this from a thread that waits for it.
+    """
+    writable = Path(env.get("HOME") or workdir)
+    account = _sandbox_account(limits, [writable, *_interpreters(argv[0], env)])
+    if account is not None:
+        _give_to(account, writable)
     started = time.monotonic()
     process = subprocess.Popen(
         argv,
@@ -125,7 +310,10 @@ def run_sandboxed(argv, workdir, env, limits):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, so that ranks and strays die with it
-        preexec_fn=_apply_limits(limits),
+        user=account.pw_uid if account else None,
+        group=account.pw_gid if account else None,
+        extra_groups=[] if account else None,
+        preexec_fn=_apply_limits(limits, writable, os.getpid()),
     )
     streams = {"stdout": CapturedStream(limits.log_cap_bytes), "stderr": CapturedStream(limits.log_cap_bytes)}
     flooded = threading.Event()
@@ -144,11 +332,16 @@ def run_sandboxed(argv, workdir, env, limits):
     ]
     for reader in readers:
         reader.start()
-    timed_out = False
-    try:
-        process.wait(timeout=limits.time_limit_seconds)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    deadline = started + limits.time_limit_seconds
+    timed_out = forked_too_much = False
+    while not (timed_out or forked_too_much):
+        try:
+            process.wait(timeout=min(GROUP_CHECK_SECONDS, max(deadline - time.monotonic(), 0)))
+            break
+        except subprocess.TimeoutExpired:
+            timed_out = time.monotonic() >= deadline
+            # RLIMIT_NPROC does not hold for root: count the group (a fork bomb stays in it).
+            forked_too_much = group_size(process.pid) > limits.max_processes
     _kill_group(process)  # also reaps ranks or children the program left behind
     process.wait()
     for reader in readers:
@@ -161,4 +354,5 @@ def run_sandboxed(argv, workdir, env, limits):
         output_truncated=streams["stdout"].truncated or streams["stderr"].truncated,
         timed_out=timed_out,
         flooded=flooded.is_set(),
+        forked_too_much=forked_too_much,
     )

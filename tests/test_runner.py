@@ -188,3 +188,88 @@ def test_a_campaign_counts_as_stalled_only_after_its_slowest_run_could_have_fini
     # TrainCheck may run 8x longer and fit first: waiting only 240 s would call a healthy fit a stall
     RunFactory(campaign=campaign, reproducer_version=version, detector=detector_record("traincheck"))
     assert stall_limit(campaign) == 2 * (60 * 8 * 2) + 120
+
+
+def test_fork_bomb_is_stopped_at_the_process_limit(settings):
+    settings.SILENTBENCH_MAX_PROCESSES = 64
+    outcome = execute(run_with("import os, time\nwhile True:\n    try:\n        os.fork()\n"
+                               "    except OSError:\n        time.sleep(0.01)\n", time_limit=20))
+    assert not outcome.succeeded
+    assert "Process limit" in outcome.failure_reason and "64" in outcome.failure_reason
+    assert outcome.wall_seconds < 15  # stopped by the count, not by the time limit
+
+
+def test_writing_outside_the_run_directory_is_refused(tmp_path):
+    from runners.sandbox import landlock_abi
+
+    if not landlock_abi():
+        pytest.skip("this kernel has no Landlock: writes outside the run directory are not confined here")
+    outside = tmp_path / "escaped.txt"
+    source = GOOD_REPRODUCER + f"\nopen({str(outside)!r}, 'w').write('pwned')\n"
+    outcome = execute(run_with(source))
+    assert not outcome.succeeded
+    assert "Refused by the sandbox" in outcome.failure_reason and "Permission denied" in outcome.failure_reason
+    assert not outside.exists()
+
+
+def test_a_reproducer_cannot_signal_its_worker():
+    from runners.sandbox import landlock_abi
+
+    if landlock_abi() < 6:
+        pytest.skip("signal scoping needs Landlock ABI 6")
+    source = GOOD_REPRODUCER + "\nimport signal\nos.kill(os.getppid(), signal.SIGTERM)\n"
+    outcome = execute(run_with(source))  # the worker here is this test process: it lives on
+    assert not outcome.succeeded and "Refused by the sandbox" in outcome.failure_reason
+
+
+def test_a_root_worker_runs_reproducers_as_an_unprivileged_user(tmp_path, settings):
+    """As root, with an interpreter every user can reach (Debian's): the program runs as ``nobody``,
+    which owns its directory. (The project's own Python may sit under /root, out of nobody's reach:
+    then the program stays root, confined by Landlock and the process count.)"""
+    import pwd
+
+    from runners.sandbox import Limits, run_sandboxed
+
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root and /usr/bin/python3")
+    workdir = settings.SILENTBENCH_RUN_DIR / "uid-test"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "made-by-root").write_text("x")
+    script = "import os; open('mine', 'w').write('y'); print(os.getuid(), os.getgroups())"
+    result = run_sandboxed(["/usr/bin/python3", "-c", script], workdir, {"HOME": str(workdir)},
+                           Limits(time_limit_seconds=20, memory_mb=512))
+    nobody = pwd.getpwnam("nobody")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split()[0] == str(nobody.pw_uid) and "[]" in result.stdout
+    assert (workdir / "mine").stat().st_uid == nobody.pw_uid
+    assert (workdir / "made-by-root").stat().st_uid == nobody.pw_uid
+
+
+def test_a_reproducer_dies_with_the_process_that_started_it(tmp_path):
+    """PR_SET_PDEATHSIG: a worker killed with -9 leaves no reproducer behind (its own session would
+    otherwise keep it alive)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    starter = ("import sys\nfrom pathlib import Path\nfrom runners.sandbox import Limits, run_sandboxed\n"
+               "d = Path(sys.argv[1])\n"
+               "run_sandboxed([sys.executable, '-c', 'import os, time; print(os.getpid(), flush=True); "
+               "open(\"pid\", \"w\").write(str(os.getpid())); time.sleep(600)'], d, {'HOME': str(d)}, "
+               "Limits(time_limit_seconds=600, memory_mb=512, user=''))\n")
+    worker = subprocess.Popen([sys.executable, "-c", starter, str(tmp_path)], cwd=os.getcwd())
+    pid_file = tmp_path / "pid"
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    assert is_running(child)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    for _ in range(100):
+        if not is_running(child):
+            break
+        time.sleep(0.05)
+    assert not is_running(child)
