@@ -175,6 +175,9 @@ SILENTBENCH_MAX_MEMORY_MB = int(os.environ.get("SILENTBENCH_MAX_MEMORY_MB", "819
 SILENTBENCH_LOG_CAP_BYTES = int(os.environ.get("SILENTBENCH_LOG_CAP_BYTES", str(64 * 1024)))
 SILENTBENCH_OUTPUT_FLOOD_BYTES = int(os.environ.get("SILENTBENCH_OUTPUT_FLOOD_BYTES", str(32 * 1024 * 1024)))
 SILENTBENCH_REPORT_CAP_BYTES = int(os.environ.get("SILENTBENCH_REPORT_CAP_BYTES", str(16 * 1024 * 1024)))
+SILENTBENCH_MAX_PROCESSES = int(os.environ.get("SILENTBENCH_MAX_PROCESSES", "512"))
+# A worker running as root starts reproducers as this user ("" keeps root); see runners/sandbox.py.
+SILENTBENCH_SANDBOX_USER = os.environ.get("SILENTBENCH_SANDBOX_USER", "nobody")
 # --- Routing by need (runners/routing.py, docs/gpu-nodes.md). ---
 SILENTBENCH_GPU_MEMORY_TIERS_GB = [int(tier) for tier in env_list("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24,40,48,80")]
 SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))
