@@ -167,6 +167,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Fault tolerance (runners/reconciler.py): a worker's heartbeat, after how long a silent worker's runs
+# are queued again, after how long a queued run with no message in the broker is enqueued again,
+# and how long a worker keeps trying to store a result while the database is away.
+SILENTBENCH_HEARTBEAT_SECONDS = float(os.environ.get("SILENTBENCH_HEARTBEAT_SECONDS", "15"))
+SILENTBENCH_WORKER_STALE_SECONDS = float(os.environ.get("SILENTBENCH_WORKER_STALE_SECONDS", "90"))
+SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS = float(os.environ.get("SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS", "60"))
+SILENTBENCH_DB_RETRY_SECONDS = float(os.environ.get("SILENTBENCH_DB_RETRY_SECONDS", "120"))
 
 # --- Run sandbox limits (a reproducer may ask for less, never for more). ---
 SILENTBENCH_RUN_DIR = VAR_DIR / "runs"

@@ -1,14 +1,16 @@
 """State changes of runs and campaigns, as named actions. PostgreSQL (or SQLite) is the truth;
 the broker only carries run IDs, so every action here is safe to repeat."""
+import functools
 import hashlib
 import json
 import logging
 import socket
+import time
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Avg, F
 from django.utils import timezone
 
@@ -269,6 +271,31 @@ def do_claim_run(run_id, worker):
     return run
 
 
+def retry_while_database_away(action):
+    """Retry ``action`` with backoff for up to SILENTBENCH_DB_RETRY_SECONDS while the database cannot be
+    reached (a restart, a failover), reconnecting each time: a worker keeps the result it holds. Only
+    for idempotent actions, outside any transaction."""
+    @functools.wraps(action)
+    def retrying(*args, **kwargs):
+        deadline, pause = time.monotonic() + settings.SILENTBENCH_DB_RETRY_SECONDS, 0.5
+        while True:
+            try:
+                return action(*args, **kwargs)
+            except (OperationalError, InterfaceError) as error:
+                if connection.in_atomic_block or time.monotonic() + pause > deadline:
+                    raise
+                reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                logger.warning("%s: database unavailable (%s); trying again in %.1f s", action.__name__, reason, pause)
+                try:
+                    connection.close()  # broken: the next query opens a new one
+                except DatabaseError:
+                    pass
+                time.sleep(pause)
+                pause = min(pause * 2, 10)
+    return retrying
+
+
+@retry_while_database_away
 def do_fail_run_without_executing(run, reason):
     with transaction.atomic():
         updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
@@ -276,6 +303,7 @@ def do_fail_run_without_executing(run, reason):
     return bool(updated)
 
 
+@retry_while_database_away
 def do_finish_run(run, outcome):
     """Store a finished run's results exactly once: a repeated call for the same attempt changes nothing."""
     with transaction.atomic():

@@ -1,14 +1,20 @@
 """Celery tasks. They carry only a run ID: the database says what to do and records what happened."""
 import logging
+import threading
+import time
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.utils import timezone
 
 from .detectors import get_plugin
 from .execution import execute
 from .fitting import FitError, ensure_fit
-from .models import Run
+from .models import Run, Worker
 from .routing import DevicesBusy, NotEnoughDevices, devices_for_run, queues_for_worker
+from .sandbox import Limits, describe_confinement
 from .services import (
     current_worker,
     do_claim_run,
@@ -16,8 +22,8 @@ from .services import (
     do_fail_run_without_executing,
     do_finish_run,
     do_register_worker,
-    do_requeue_stale_runs,
     host_capabilities,
+    retry_while_database_away,
 )
 
 logger = logging.getLogger(__name__)
@@ -48,7 +54,7 @@ def _claim_and_execute(run_id, devices, refusal=""):
             _execute_claimed(run, devices)
     finally:
         if run.campaign_id:
-            do_complete_campaign(run.campaign)
+            retry_while_database_away(do_complete_campaign)(run.campaign)
 
 
 def _execute_claimed(run, devices):
@@ -95,7 +101,28 @@ def register_worker_on_start(sender, **kwargs):
 
 
 @worker_ready.connect
-def requeue_stale_runs_on_start(**kwargs):
-    requeued = do_requeue_stale_runs()
-    if requeued:
-        logger.warning("requeued %d run(s) whose worker vanished: %s", len(requeued), requeued)
+def reconcile_and_beat_on_start(sender, **kwargs):
+    """Runs left ``running`` under this worker's name belong to a previous life of it (it has claimed
+    nothing yet): queue them again, reconcile once, then keep ``last_seen`` fresh, so that the
+    reconciler can tell when this worker dies."""
+    from .reconciler import do_requeue_runs_of_restarted_worker, reconcile
+
+    logger.info("sandbox: %s", describe_confinement(Limits(time_limit_seconds=0, memory_mb=0,
+                                                          user=settings.SILENTBENCH_SANDBOX_USER)))
+    try:
+        do_requeue_runs_of_restarted_worker(sender.hostname)
+        reconcile()
+    except DatabaseError:
+        logger.exception("reconcile on start failed; the periodic reconciler will catch up")
+    threading.Thread(target=_heartbeat, args=(sender.hostname, settings.SILENTBENCH_HEARTBEAT_SECONDS),
+                     name="silentbench-heartbeat", daemon=True).start()
+
+
+def _heartbeat(name, interval):
+    while True:
+        time.sleep(interval)
+        try:
+            Worker.objects.filter(hostname=name).update(last_seen=timezone.now())
+        except DatabaseError as error:
+            logger.warning("heartbeat of %s not recorded: %s", name, error)
+            connection.close()

@@ -1,0 +1,138 @@
+"""The reconciler: PostgreSQL says what still has to run; the broker is only transport. One pass
+repairs every difference, and repeating it is harmless (a run is claimed only while queued, so an
+extra message for it does nothing):
+
+- runs ``running`` on a worker whose heartbeat stopped are queued again (a new attempt), and the
+  time-limit reaper catches any left (``do_requeue_stale_runs``);
+- runs ``queued`` for a while with no message in the broker (Redis lost it) are enqueued again;
+- runs nobody can serve are failed with the reason (``do_flag_unservable_runs``);
+- campaigns whose runs all finished but were never marked complete are completed.
+
+Run by ``manage.py reconcile`` (periodically) and once by each worker as it starts.
+"""
+import base64
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .models import Campaign, Run, RunStatus
+from .services import do_complete_campaign, do_flag_unservable_runs, do_requeue_stale_runs, enqueue_runs
+
+logger = logging.getLogger(__name__)
+TASK_NAME = "runners.tasks.execute_run"
+
+
+def reconcile(now=None):
+    """One pass; returns {what was repaired: [IDs]} for the log."""
+    now = now or timezone.now()
+    repaired = {
+        "requeued_from_silent_workers": do_requeue_runs_of_silent_workers(now),
+        "requeued_past_time_limit": do_requeue_stale_runs(now),
+        "reenqueued_lost_messages": do_reenqueue_lost_runs(now),
+        "failed_unservable": do_flag_unservable_runs(now),
+    }
+    repaired["completed_campaigns"] = do_complete_finished_campaigns()
+    for what, ids in repaired.items():
+        if ids:
+            logger.warning("reconcile: %s: %s", what.replace("_", " "), ids)
+    return repaired
+
+
+def do_requeue_runs_of_silent_workers(now=None):
+    """Queue again, as new attempts, the runs ``running`` on a worker not heard from for
+    SILENTBENCH_WORKER_STALE_SECONDS (killed, or its host gone). A late result of the old attempt is
+    ignored (do_finish_run checks the attempt)."""
+    now = now or timezone.now()
+    silent_since = now - timedelta(seconds=settings.SILENTBENCH_WORKER_STALE_SECONDS)
+    return _requeue_running(Run.objects.filter(worker__last_seen__lt=silent_since))
+
+
+def do_requeue_runs_of_restarted_worker(name):
+    """As worker ``name`` starts: the runs still ``running`` under its name were cut short by its
+    previous life (killed, or its host rebooted); queue them again as new attempts."""
+    run_ids = _requeue_running(Run.objects.filter(worker__hostname=name))
+    if run_ids:
+        logger.warning("requeued %d run(s) that %s was running before it restarted: %s", len(run_ids), name, run_ids)
+    return run_ids
+
+
+def _requeue_running(runs):
+    with transaction.atomic():
+        run_ids = list(runs.filter(status=RunStatus.RUNNING).select_for_update(of=("self",))
+                       .values_list("id", flat=True))
+        Run.objects.filter(pk__in=run_ids, status=RunStatus.RUNNING).update(
+            status=RunStatus.QUEUED, started_at=None, worker=None)
+        if run_ids:
+            transaction.on_commit(lambda: enqueue_runs(run_ids))
+    return run_ids
+
+
+def do_reenqueue_lost_runs(now=None):
+    """Enqueue again the runs queued for longer than SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS whose
+    message is not in the broker. Where the broker cannot be read, all of them (duplicates are harmless)."""
+    now = now or timezone.now()
+    waiting = dict(Run.objects.filter(
+        status=RunStatus.QUEUED,
+        queued_at__lt=now - timedelta(seconds=settings.SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS),
+    ).values_list("id", "queue"))
+    if not waiting:
+        return []
+    lost = missing_from_broker(waiting)
+    if lost:
+        enqueue_runs(lost)
+    return lost
+
+
+def do_complete_finished_campaigns():
+    """Complete the open campaigns with nothing queued or running (a worker died between its run's
+    result and the campaign's completion, or the database was away then)."""
+    open_campaigns = Campaign.objects.filter(completed_at__isnull=True).exclude(
+        runs__status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
+    return [campaign.pk for campaign in open_campaigns if do_complete_campaign(campaign)]
+
+
+# --- What the broker holds ---
+
+def missing_from_broker(waiting):
+    """Of ``waiting`` ({run ID: queue}), the runs with no message in the broker, waiting in their queue
+    or delivered but not yet acknowledged, sorted. Where the broker cannot be read: all of them.
+
+    Redis: when it holds at least as many messages as there are waiting runs, nothing is taken as
+    missing (a loss shows once the queue drains); otherwise its messages are read. Filesystem broker
+    (the embedded default): its message files are read."""
+    from benchmark_site.celery import app
+
+    url, queues = app.conf.broker_url or "", set(waiting.values())
+    if url.startswith("redis"):
+        with app.connection_for_read() as connection:
+            client = connection.default_channel.client
+            if sum(client.llen(queue) for queue in queues) + client.hlen("unacked") >= len(waiting):
+                return []
+            payloads = [raw for queue in queues for raw in client.lrange(queue, 0, -1)]
+            payloads += [json.loads(raw)[0] for raw in client.hvals("unacked")]
+    elif url.startswith("filesystem"):
+        folder = Path(app.conf.broker_transport_options.get("data_folder_in", "."))
+        payloads = [path.read_bytes() for path in folder.glob("*.msg") if path.name.rsplit(".", 2)[-2] in queues]
+    else:
+        return sorted(waiting)
+    return sorted(set(waiting) - {_run_id(payload) for payload in payloads})
+
+
+def _run_id(payload):
+    """The run ID an ``execute_run`` message carries (protocol 2: the body is [args, kwargs, embed])."""
+    try:
+        message = json.loads(payload) if isinstance(payload, (bytes, str)) else payload
+        if message.get("headers", {}).get("task") != TASK_NAME:
+            return None
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return int(args[0])
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
