@@ -54,6 +54,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "benchmark_site.middleware.DatabaseUnavailableMiddleware",  # a database outage is a 503, not a 500
 ]
 
 ROOT_URLCONF = "benchmark_site.urls"
