@@ -35,12 +35,21 @@ TABLES = {
 
 
 class NotFound(LookupError):
-    """The query names an evaluation that does not exist."""
+    """The query names an evaluation (or a campaign) that does not exist."""
+
+
+MAX_ID = 2**63 - 1  # a BigAutoField; larger numbers overflow the database's integer
 
 
 def _id(query, name):
+    """The ID given as ``name`` (ASCII digits; anything else is ignored). A number larger than any key
+    can be names nothing: NotFound, where the database would overflow."""
     value = query.get(name, "")
-    return int(value) if value.isdigit() else None
+    if not (value.isascii() and value.isdigit()):
+        return None
+    if int(value) > MAX_ID:
+        raise NotFound(f"No {name} #{value}.")
+    return int(value)
 
 
 def without_nan(frame):
