@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SILENTBENCH_VAR_DIR", BASE_DIR / "var"))
@@ -22,8 +23,17 @@ def env_list(name, default):
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# A fixed key is only acceptable for a local, loopback-only setup; production must set one.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "silentbench-local-development-key-not-for-production")
+# Production (docs/security.md): DJANGO_ENV=production, or a DJANGO_SECRET_KEY given (unless DJANGO_ENV=local
+# or DJANGO_DEBUG). The fixed key below is only acceptable for a local, loopback-only setup.
+LOCAL_SECRET_KEY = "silentbench-local-development-key-not-for-production"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", LOCAL_SECRET_KEY)
+DJANGO_ENV = os.environ.get("DJANGO_ENV", "").strip().lower()
+if DJANGO_ENV not in {"", "local", "production"}:
+    raise ImproperlyConfigured(f"DJANGO_ENV is {DJANGO_ENV!r}: use 'production' or 'local'.")
+PRODUCTION = DJANGO_ENV == "production" or (not DJANGO_ENV and not DEBUG and "DJANGO_SECRET_KEY" in os.environ)
+if PRODUCTION and SECRET_KEY in {"", LOCAL_SECRET_KEY}:
+    raise ImproperlyConfigured("DJANGO_ENV=production needs its own DJANGO_SECRET_KEY (e.g. `openssl rand -hex 32`); "
+                               "the built-in key is public. For a local setup, set DJANGO_ENV=local.")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -47,6 +57,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "benchmark_site.security.RequestSizeLimitMiddleware",  # before anything reads the body
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -118,10 +129,25 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
-SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG and "DJANGO_SECRET_KEY" in os.environ)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# --- Security (docs/security.md). In production the site is HTTPS only: TLS ends at a proxy in front of
+# gunicorn that sets X-Forwarded-Proto. DJANGO_HTTPS=false turns that off (plain HTTP; `check --deploy` says so).
+HTTPS = env_bool("DJANGO_HTTPS", PRODUCTION)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz"]  # health checks come over plain HTTP from inside the host
+if HTTPS and env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", True):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", str(365 * 24 * 3600))) if HTTPS else 0
+# Opt-ins: they bind every subdomain of the lab's domain (and browsers' preload lists) to HTTPS.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+if os.environ.get("DJANGO_CACHE_URL"):  # e.g. redis://...: API throttling counts across gunicorn workers
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": os.environ["DJANGO_CACHE_URL"]}}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -133,7 +159,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("SILENTBENCH_TOKEN_RATE", "10/min")},
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle",
+                                 "rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": os.environ.get("SILENTBENCH_ANON_RATE", "300/min"),  # per client address
+        "user": os.environ.get("SILENTBENCH_USER_RATE", "1200/min"),  # per signed-in user or token
+        "token": os.environ.get("SILENTBENCH_TOKEN_RATE", "10/min"),  # password checks at /api/token/
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "SilentBench API",
@@ -196,6 +228,11 @@ SILENTBENCH_WORKER_SEEN_MINUTES = float(os.environ.get("SILENTBENCH_WORKER_SEEN_
 SILENTBENCH_SUBMISSION_MAX_FILES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_FILES", "20"))
 SILENTBENCH_SUBMISSION_MAX_FILE_BYTES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_FILE_BYTES", str(256 * 1024)))
 SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES", str(1024 * 1024)))
+# Any request body: a submission's files plus room for its form; larger ones get a 413 before a byte is read.
+SILENTBENCH_MAX_REQUEST_BYTES = int(os.environ.get("SILENTBENCH_MAX_REQUEST_BYTES",
+                                                   str(SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES + 1024 * 1024)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = SILENTBENCH_MAX_REQUEST_BYTES  # the body without its files
+FILE_UPLOAD_MAX_MEMORY_SIZE = SILENTBENCH_MAX_REQUEST_BYTES  # uploads stay in memory: nothing on disk
 SILENTBENCH_VERIFICATION_SEEDS = int(os.environ.get("SILENTBENCH_VERIFICATION_SEEDS", "3"))
 SILENTBENCH_CATALOG_DIR = Path(os.environ.get("SILENTBENCH_CATALOG_DIR", BASE_DIR / "catalog"))
 
