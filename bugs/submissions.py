@@ -184,6 +184,9 @@ def manifest_problems(manifest, files):
             problems.append(f"{MANIFEST_NAME}: needs.{name} must be a whole number.")
     if "cuda" in needs and not isinstance(needs["cuda"], bool):
         problems.append(f"{MANIFEST_NAME}: needs.cuda must be true or false.")
+    memory = needs.get("gpu_memory_gb", 0)
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not 0 <= memory <= 4096:
+        problems.append(f"{MANIFEST_NAME}: needs.gpu_memory_gb must be a number of GB per GPU.")
     return problems
 
 

@@ -36,7 +36,8 @@ class RunAdmin(admin.ModelAdmin):
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "queues", "last_seen"]
+    list_display = ["hostname", "gpu_count", "gpu_model", "cuda", "torch", "concurrency", "last_seen"]
+    readonly_fields = ["registered_at", "last_seen"]
 
 
 @admin.register(Environment)

@@ -395,3 +395,12 @@ def test_worker_queues_command_prints_the_same_queues(two_gpus, capsys):
 
     call_command("worker_queues", "--no-cpu")
     assert capsys.readouterr().out.strip() == ",".join(queues_for_worker(host_capabilities(), cpu=False))
+
+
+def test_a_submitted_manifest_declares_gpu_memory_as_a_number():
+    from bugs.submissions import manifest_problems
+
+    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3, "needs": {"gpus": 1}}
+    assert not manifest_problems({**manifest, "needs": {"gpus": 1, "gpu_memory_gb": 40}}, {"repro.py": ""})
+    assert any("gpu_memory_gb" in problem for problem in
+               manifest_problems({**manifest, "needs": {"gpus": 1, "gpu_memory_gb": "lots"}}, {"repro.py": ""}))
