@@ -114,7 +114,8 @@ def do_retry_failed_runs(user, campaign, runs=None):
         Alarm.objects.filter(run_id__in=run_ids).delete()
         Run.objects.filter(pk__in=run_ids).update(
             status=RunStatus.QUEUED, failure_reason="", started_at=None, finished_at=None, worker=None,
-            exit_code=None, wall_seconds=None, manifested=None, analysis_seconds=None, detector_summary={})
+            exit_code=None, wall_seconds=None, manifested=None, analysis_seconds=None, detector_summary={},
+            queued_at=timezone.now())  # queued anew: the reconciler's grace periods count from now
         if run_ids:
             Campaign.objects.filter(pk=campaign.pk).update(completed_at=None, cancelled_at=None, cancelled_by=None)
         transaction.on_commit(lambda: enqueue_runs(run_ids))
