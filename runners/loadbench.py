@@ -175,19 +175,20 @@ def run_specs(versions, count):
 
 def run_direct(specs, detector, concurrency):
     """Execute the runs in the worker's sandbox (``runners.execution.execute``) from a thread pool,
-    no broker and no database writes; returns (wall seconds, failures)."""
+    no broker and no database writes; returns (wall seconds, failures, each run's reproducer wall time)."""
     from runners.execution import execute
 
     def one(spec):
         version, variant, seed = spec
         run = Run(reproducer_version=version, detector=detector, variant=variant, seed=seed,
                   steps=version.default_steps)
-        return execute(run).succeeded
+        return execute(run)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         outcomes = list(pool.map(one, specs))
-    return time.perf_counter() - started, outcomes.count(False)
+    wall = time.perf_counter() - started
+    return wall, sum(not outcome.succeeded for outcome in outcomes), [outcome.wall_seconds for outcome in outcomes]
 
 
 def run_through_workers(specs, detector, workers, log_dir, timeout=1800):
@@ -230,25 +231,34 @@ def idle_dispatch(specs, detector, log_dir, timeout=600):
     return latencies
 
 
-def throughput_summary(runs, direct_wall, direct_failures, workers, idle=None):
-    """Lines of Markdown with the figures of part b."""
+def throughput_summary(runs, direct, workers, idle=None):
+    """Lines of Markdown with the figures of part b. ``direct``: the results of ``run_direct`` before
+    and after the runs through the broker; the ratio uses their mean, as the machine's load drifts."""
     waits = [(run.started_at - run.queued_at).total_seconds() for run in runs if run.started_at]
     wall = (max(run.finished_at for run in runs) - min(run.queued_at for run in runs)).total_seconds()
     executing = [run.wall_seconds for run in runs if run.wall_seconds is not None]
+    around = [(run.finished_at - run.started_at).total_seconds() - run.wall_seconds
+              for run in runs if run.wall_seconds is not None]
     failed = sum(run.status != "succeeded" for run in runs)
+    direct_wall = statistics.mean(wall_seconds for wall_seconds, _, _ in direct)
+    direct_runs = [seconds for _, _, each in direct for seconds in each if seconds is not None]
+    median = lambda values: f"{statistics.median(values):.2f}" if values else "-"  # noqa: E731
+    each = lambda values, spec: " / ".join(format(value, spec) for value in values)  # noqa: E731
     lines = [
-        f"| | through the broker ({workers} workers) | direct (sandbox, {workers} threads) |",
+        f"| | through the broker ({workers} workers) | direct (sandbox, {workers} threads), before / after |",
         "|---|---:|---:|",
-        f"| runs | {len(runs)} ({failed} not succeeded) | {len(runs)} ({direct_failures} failed) |",
-        f"| wall time, first queued to last finished (s) | {wall:.1f} | {direct_wall:.1f} |",
-        f"| runs per minute | {60 * len(runs) / wall:.1f} | {60 * len(runs) / direct_wall:.1f} |",
+        f"| runs | {len(runs)} ({failed} not succeeded) | {len(runs)} ({each([f for _, f, _ in direct], 'd')} "
+        f"failed) |",
+        f"| wall time, first queued to last finished (s) | {wall:.1f} | {each([w for w, _, _ in direct], '.1f')} |",
+        f"| runs per minute | {60 * len(runs) / wall:.1f} | "
+        f"{each([60 * len(runs) / w for w, _, _ in direct], '.1f')} |",
         f"| queued→started p50 / p95 (s), backlog of {len(runs)} | {percentile(waits, 0.5):.2f} / "
         f"{percentile(waits, 0.95):.2f} | - |",
-        f"| reproducer wall time in the sandbox, median (s) | "
-        f"{statistics.median(executing) if executing else float('nan'):.2f} | - |",
+        f"| reproducer wall time in the sandbox, median (s) | {median(executing)} | {median(direct_runs)} |",
+        f"| worker time around the reproducer (claim, environment, results), median (s) | {median(around)} | - |",
     ]
     if idle:
         lines.append(f"| queued→started p50 / p95 (ms), idle worker, n={len(idle)} | "
                      f"{1000 * percentile(idle, 0.5):.0f} / {1000 * percentile(idle, 0.95):.0f} | - |")
-    lines.append(f"\nratio broker / direct wall time: **{wall / direct_wall:.2f}**")
+    lines.append(f"\nratio broker / direct wall time (mean of before and after): **{wall / direct_wall:.2f}**")
     return lines

@@ -103,8 +103,9 @@ class Command(BaseCommand):
                           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        direct_wall, direct_failures = run_direct(specs, plain, workers)
+        before = run_direct(specs, plain, workers)
         runs = run_through_workers(specs, plain, workers, logs)
+        after = run_direct(specs, plain, workers)
         idle_latencies = idle_dispatch(specs[:idle], plain, logs) if idle else []
-        for line in throughput_summary(runs, direct_wall, direct_failures, workers, idle_latencies):
+        for line in throughput_summary(runs, [before, after], workers, idle_latencies):
             self.stdout.write(line)
