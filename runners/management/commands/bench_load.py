@@ -48,7 +48,7 @@ class Command(BaseCommand):
         pages.add_argument("--warmup", type=int, default=2, help="untimed requests per endpoint first")
         pages.add_argument("--gunicorn-workers", type=int, default=4)
         pages.add_argument("--base-url", help="measure this running server instead of starting gunicorn "
-                                              "(it must serve the configured database)")
+                                              "(it must serve the configured database; its throttles apply)")
         pages.add_argument("--only", default="", help="only endpoints whose label contains this text")
         runs = parser.add_argument_group("runs")
         runs.add_argument("--runs-database-url", help="a separate small database for the runs part (bench_runs "
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         else:
             workers = options["gunicorn_workers"]
             with gunicorn(database_url(connection.settings_dict), workers, logs / "bench-load-gunicorn.log") as base:
-                self.stdout.write(f"gunicorn, {workers} sync workers, {base}")
+                self.stdout.write(f"gunicorn, {workers} sync workers, {base} (anonymous API throttle lifted)")
                 self.measure(base, listed, options)
         load = os.getloadavg()
         self.stdout.write(f"\nload average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
