@@ -2,7 +2,7 @@
 import os
 
 from celery import Celery
-from celery.signals import celeryd_after_setup
+from celery.signals import celeryd_after_setup, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmark_site.settings")
 
@@ -17,3 +17,11 @@ def consume_auto_queues(sender, instance, **kwargs):
     from runners.tasks import consume_auto_queues
 
     consume_auto_queues(instance)
+
+
+@worker_init.connect
+def hide_worker_from_reproducers(**kwargs):
+    """The main process too, before it forks its pool: its environment holds the same secrets."""
+    from runners.sandbox import hide_from_reproducers
+
+    hide_from_reproducers()

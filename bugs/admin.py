@@ -29,10 +29,17 @@ class ReproducerAdmin(admin.ModelAdmin):
 
 @admin.register(ReproducerVersion)
 class ReproducerVersionAdmin(admin.ModelAdmin):
+    """Read-only. Versions are immutable and come from submissions or the catalog; they are approved
+    only on the review page (``do_review_version``), where the maintainer reads the code."""
+
     list_display = ["__str__", "review_state", "reviewed_by", "created_at"]
     list_filter = ["review_state"]
-    readonly_fields = ["reproducer", "content_hash", "files", "manifest", "entrypoint", "default_steps",
-                       "time_limit_seconds", "memory_mb", "review_state", "reviewed_by", "reviewed_at", "created_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in ReproducerVersion._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
 
     def has_delete_permission(self, request, obj=None):
         return False

@@ -1,6 +1,8 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 
 from .models import Alarm, Campaign, Detector, Environment, Run, Worker
+from .services import do_cancel_campaign, do_retry_failed_runs
 
 
 @admin.register(Detector)
@@ -11,7 +13,34 @@ class DetectorAdmin(admin.ModelAdmin):
 
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
-    list_display = ["name", "created_by", "created_at"]
+    """Campaigns are created by the builder or the API; here they are renamed, cancelled or retried,
+    through the same services and permission (``runners.trigger_campaign``) as the site."""
+
+    list_display = ["name", "purpose", "created_by", "created_at", "completed_at", "cancelled_at"]
+    list_filter = ["purpose"]
+    actions = ["cancel", "retry_failed_runs"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in Campaign._meta.fields if field.name != "name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def _each(self, request, queryset, action, done):
+        try:
+            count = sum(len(action(request.user, campaign)) for campaign in queryset)
+        except PermissionDenied as error:
+            self.message_user(request, str(error), messages.ERROR)
+        else:
+            self.message_user(request, done.format(count=count))
+
+    @admin.action(description="Cancel the queued runs of the selected campaigns")
+    def cancel(self, request, queryset):
+        self._each(request, queryset, do_cancel_campaign, "Cancelled {count} queued run(s).")
+
+    @admin.action(description="Queue the failed and cancelled runs of the selected campaigns again")
+    def retry_failed_runs(self, request, queryset):
+        self._each(request, queryset, do_retry_failed_runs, "Queued {count} run(s) again.")
 
 
 class AlarmInline(admin.TabularInline):
@@ -32,6 +61,9 @@ class RunAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Run._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # runs belong to campaigns (do_create_campaign), which check approval
 
 
 @admin.register(Worker)

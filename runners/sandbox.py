@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import pwd
+import re
 import resource
 import shutil
 import signal
@@ -160,6 +161,42 @@ class _PathBeneathAttr(ctypes.Structure):
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+_PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _CAP_SYS_PTRACE = 4, 24, 19
+SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|^DATABASE_URL$|BROKER_URL$|CACHE_URL$")
+URL_WITH_CREDENTIALS = re.compile(rb"^[A-Za-z][\w+.-]*://[^/@\s]*@")
+
+
+def hide_from_reproducers():
+    """Keep the secrets in this process's environment (database and broker URLs, the secret key) from
+    the reproducers it starts. Idempotent; forked children (a worker's pool) inherit it.
+
+    - Non-dumpable: a process of the same user can no longer open its /proc/<pid>/environ or memory,
+      nor trace it (Landlock does not stop that on every kernel). A root reproducer could, with
+      CAP_SYS_PTRACE, which ``_apply_limits`` drops.
+    - The values of secret variables are wiped from the environment block that /proc/<pid>/environ
+      shows (root can read that file of another root process even so). ``os.environ`` and the C
+      environment keep them, in memory /proc/<pid>/mem guards.
+    """
+    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return
+    block, offset, wiped = ctypes.string_at(start, end - start), 0, []
+    for entry in block.split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals and value and (SECRET_NAME.search(name.decode(errors="replace"))
+                                 or URL_WITH_CREDENTIALS.match(value)):
+            ctypes.memset(start + offset + len(name) + 1, 0, len(value))
+            wiped.append(os.fsdecode(name))
+        offset += len(entry) + 1
+    for name in wiped:  # the C environment pointed into the block: give it the values back, elsewhere
+        if name in os.environ:
+            os.putenv(name, os.environ[name])
+
+
 @functools.cache
 def landlock_abi():
     """The kernel's Landlock ABI version, or 0 where it is unavailable (old kernel, disabled, seccomp)."""
@@ -254,6 +291,8 @@ def _apply_limits(limits, writable, parent_pid):
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.geteuid() == 0:  # a root reproducer keeps no CAP_SYS_PTRACE across exec: the worker stays hidden
+            _libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
         _landlock_writes_only_under([writable, "/dev"])
 
     return preexec
@@ -297,6 +336,7 @@ def run_sandboxed(argv, workdir, env, limits):
     The program may write only beneath its home (``env["HOME"]``, else ``workdir``): the run's own
     directory. It dies if the calling thread ends, so call this from a thread that waits for it.
     """
+    hide_from_reproducers()
     writable = Path(env.get("HOME") or workdir)
     account = _sandbox_account(limits, [writable, *_interpreters(argv[0], env)])
     if account is not None:

@@ -1,0 +1,598 @@
+"""Security guarantees of issue 6, one section each (docs/security.md lists them with their tests):
+
+1. unapproved code never executes, by any path: web, API, admin, task replay, retry;
+2. anonymous users and contributors cannot trigger runs or approve, on the site, the API or the admin;
+3. CSRF is enforced on every state-changing form and on the session-authenticated API;
+4. production settings: secure cookies, HSTS, HTTPS redirect, no built-in secret key, `check --deploy`;
+5. upload limits hold before anything is stored;
+6. a reproducer cannot read the secret key, database credentials or broker URL;
+7. API throttling is on.
+(Hostile text: tests/test_hostile_text.py. Schemathesis: tests/test_schemathesis.py.)
+"""
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.contrib import admin
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test import Client
+from rest_framework.test import APIClient
+from rest_framework.throttling import SimpleRateThrottle
+
+from accounts.models import ApiToken
+from accounts.services import do_create_api_token
+from bugs.models import Bug, ReproducerVersion, ReviewState
+from runners import execution
+from runners.local_worker import database_url
+from runners.models import Campaign, Run, RunStatus
+from runners.services import detector_record, do_create_campaign, do_retry_failed_runs
+from runners.tasks import execute_run
+
+from .factories import (
+    GOOD_REPRODUCER,
+    PROGRAM_PREAMBLE,
+    BugFactory,
+    MaintainerFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    UserFactory,
+)
+from .test_submissions import BUG_FORM, FILES, uploads
+
+pytestmark = pytest.mark.django_db
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- 1. Unapproved code never executes -------------------------------------------------------------------
+
+@pytest.fixture
+def marker():
+    """A file the reproducer below creates if it ever runs. /dev/shm: the sandbox lets a reproducer
+    write only under its own directory and /dev, and the marker must be writable for the proof."""
+    path = Path("/dev/shm") / f"silentbench-security-{uuid.uuid4().hex}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def marking_code(marker):
+    return f"open({str(marker)!r}, 'w').write('ran')\n" + GOOD_REPRODUCER
+
+
+@pytest.fixture
+def sandbox_calls(monkeypatch, settings, tmp_path):
+    """Every program the runner starts, recorded (and still started); runs get a directory of their own."""
+    settings.SILENTBENCH_RUN_DIR = tmp_path / "runs"
+    calls = []
+    real = execution.run_sandboxed
+
+    def recording(argv, workdir, *args, **kwargs):
+        calls.append((argv, workdir))
+        return real(argv, workdir, *args, **kwargs)
+
+    monkeypatch.setattr(execution, "run_sandboxed", recording)
+    return calls
+
+
+def assert_refused_and_nothing_ran(run, marker, sandbox_calls):
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "Refused" in run.failure_reason and "not approved" in run.failure_reason
+    assert run.exit_code is None and run.stdout == "" and run.wall_seconds is None
+    assert sandbox_calls == [], "a process was started"
+    assert not marker.exists(), "the unapproved reproducer ran"
+    run_dir = Path(django_settings.SILENTBENCH_RUN_DIR)
+    assert not run_dir.exists() or not any(run_dir.iterdir()), "a run directory was made"
+
+
+def test_the_marker_proves_execution_when_the_version_is_approved(marker, sandbox_calls):
+    """Positive control: the same reproducer, approved, runs and leaves its marker."""
+    run = RunFactory(reproducer_version=ReproducerVersionFactory(files={"repro.py": marking_code(marker)}))
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    assert marker.read_text() == "ran" and len(sandbox_calls) == 1
+
+
+@pytest.mark.parametrize("state", [ReviewState.PENDING, ReviewState.REJECTED])
+@pytest.mark.parametrize("replay", ["call", "apply"])
+def test_task_replay_of_an_unapproved_version_is_refused(state, replay, marker, sandbox_calls):
+    """A message replayed by hand (or forged in the broker) names a run whose version is not approved."""
+    version = ReproducerVersionFactory(files={"repro.py": marking_code(marker)}, review_state=state)
+    run = RunFactory(reproducer_version=version)
+    if replay == "call":
+        execute_run(run.pk)
+    else:
+        execute_run.apply(args=[run.pk])
+    assert_refused_and_nothing_ran(run, marker, sandbox_calls)
+
+
+def test_services_refuse_to_queue_unapproved_versions():
+    pending = ReproducerVersionFactory(review_state=ReviewState.PENDING)
+    with pytest.raises(Exception, match="Not approved"):
+        do_create_campaign(None, "operator", [pending], [detector_record("plain")])
+    assert not Run.objects.exists()
+
+
+def test_retrying_a_run_of_an_unapproved_version_still_refuses_it(marker, sandbox_calls,
+                                                                   django_capture_on_commit_callbacks):
+    """Retry clears a failed run and queues it again; the approval is checked again when it executes."""
+    version = ReproducerVersionFactory(files={"repro.py": marking_code(marker)}, review_state=ReviewState.PENDING)
+    campaign = Campaign.objects.create(name="forged")
+    run = RunFactory(reproducer_version=version, campaign=campaign, status=RunStatus.FAILED)
+    response = token_client(MaintainerFactory()).post(f"/api/campaigns/{campaign.pk}/retry/")
+    assert response.json() == {"runs": [run.pk]}
+    execute_run(run.pk)
+    assert_refused_and_nothing_ran(run, marker, sandbox_calls)
+
+
+def test_a_retried_run_executes_the_exact_version_it_names(marker, sandbox_calls):
+    """Versions are immutable and approval is per version: a newer, unreviewed version of the same
+    reproducer changes nothing about the runs of the approved one, retried or not."""
+    approved = ReproducerVersionFactory()
+    campaign = do_create_campaign(None, "c", [approved], [detector_record("plain")], ["buggy"], [0], enqueue=False)
+    Run.objects.filter(campaign=campaign).update(status=RunStatus.FAILED)
+    newer = ReproducerVersionFactory(reproducer=approved.reproducer, files={"repro.py": marking_code(marker)},
+                                     review_state=ReviewState.PENDING)
+    [run_id] = do_retry_failed_runs(None, campaign)
+    execute_run(run_id)
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.SUCCEEDED and run.reproducer_version_id == approved.pk
+    assert not marker.exists() and newer.runs.count() == 0
+
+
+@pytest.fixture
+def pending_only():
+    """A bug whose only reproducer version waits for review, and a bug with an approved version plus a
+    newer pending one."""
+    alone = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-PENDING")),
+                                     review_state=ReviewState.PENDING, files={"repro.py": "pending = 1"})
+    approved = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-MIXED")))
+    newer = ReproducerVersionFactory(reproducer=approved.reproducer, review_state=ReviewState.PENDING,
+                                     files={"repro.py": "newer = 1"})
+    return alone, approved, newer
+
+
+def test_the_campaign_builder_offers_and_queues_approved_versions_only(client, pending_only):
+    alone, approved, newer = pending_only
+    client.force_login(MaintainerFactory())
+    page = client.get("/campaigns/new/").content.decode()
+    assert "TEST-MIXED" in page and "TEST-PENDING" not in page
+    form = {"name": "n", "bugs": ["TEST-PENDING"], "detectors": ["plain"], "variants": ["buggy"], "seeds": "0",
+            "confirm": "1"}
+    response = client.post("/campaigns/new/", form)
+    assert "TEST-PENDING is not one of the available choices" in str(response.context["form"].errors["bugs"])
+    preview = client.post("/campaigns/new/", {**form, "bugs": ["TEST-MIXED"], "confirm": ""}).content.decode()
+    plan = re.search(r'name="plan" value="(\w+)"', preview)[1]
+    client.post("/campaigns/new/", {**form, "bugs": ["TEST-MIXED"], "plan": plan})
+    assert set(Run.objects.values_list("reproducer_version_id", flat=True)) == {approved.pk}
+
+
+def test_the_api_creates_and_previews_campaigns_of_approved_versions_only(pending_only):
+    alone, approved, newer = pending_only
+    api = token_client(MaintainerFactory())
+    body = {"name": "n", "bugs": ["TEST-PENDING"], "detectors": ["plain"]}
+    for url in ("/api/campaigns/", "/api/campaigns/preview/"):
+        response = api.post(url, body, format="json")
+        assert response.status_code == 400 and "no approved CPU reproducer" in str(response.json())
+    assert api.post("/api/campaigns/", {**body, "bugs": ["TEST-MIXED"]}, format="json").status_code == 201
+    assert set(Run.objects.values_list("reproducer_version_id", flat=True)) == {approved.pk}
+
+
+def test_submitting_queues_nothing(client, django_capture_on_commit_callbacks):
+    """Through the form and the API: a submission is stored for review, and no run exists or is queued."""
+    contributor = UserFactory()
+    client.force_login(contributor)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post("/submit/", {**BUG_FORM, "files": uploads(FILES)}).status_code == 302
+        assert token_client(contributor).post("/api/submissions/", {
+            **BUG_FORM, "bug_id": "GH-4243", "files": uploads(FILES)}, format="multipart").status_code == 201
+    assert ReproducerVersion.objects.filter(review_state=ReviewState.PENDING).count() == 2
+    assert not Run.objects.exists() and not Campaign.objects.exists()
+
+
+# --- the admin ---
+
+ADMIN_ACTIONS = {"delete_selected", "revoke", "cancel", "retry_failed_runs"}
+
+
+def test_the_admin_offers_no_action_that_runs_or_approves():
+    """A tripwire: every admin action is known, and the two that queue or cancel runs go through the
+    services (tested below). Approval has no admin action: it happens on the review page."""
+    actions = {name for model_admin in admin.site._registry.values()
+               for _, name, _ in model_admin._get_base_actions()}
+    assert actions <= ADMIN_ACTIONS, actions - ADMIN_ACTIONS
+
+
+def staff(*permissions, maintainer=False):
+    user = (MaintainerFactory if maintainer else UserFactory)(is_staff=True)
+    for codename in permissions:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+def test_the_admin_cannot_approve_add_versions_or_add_runs(client, pending_only):
+    alone, approved, newer = pending_only
+    client.force_login(UserFactory(is_staff=True, is_superuser=True))
+    url = f"/admin/bugs/reproducerversion/{alone.pk}/change/"
+    page = client.get(url)
+    assert page.status_code == 200 and 'name="review_state"' not in page.content.decode()
+    client.post(url, {"review_state": "approved", "review_note": "ok", "files": "{}"})
+    alone.refresh_from_db()
+    assert alone.review_state == ReviewState.PENDING
+    for add in ("/admin/bugs/reproducerversion/add/", "/admin/runners/run/add/", "/admin/runners/campaign/add/"):
+        assert client.get(add).status_code == 403, add
+    run = RunFactory(reproducer_version=alone, status=RunStatus.FAILED)
+    client.post(f"/admin/runners/run/{run.pk}/change/", {"status": "queued"})
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+
+
+def test_admin_campaign_actions_need_the_maintainer_permission(client, marker, sandbox_calls):
+    version = ReproducerVersionFactory(files={"repro.py": marking_code(marker)}, review_state=ReviewState.PENDING)
+    campaign = Campaign.objects.create(name="c")
+    run = RunFactory(reproducer_version=version, campaign=campaign, status=RunStatus.FAILED)
+    action = {"action": "retry_failed_runs", "_selected_action": [campaign.pk]}
+
+    client.force_login(staff("view_campaign", "change_campaign"))  # staff, but not a maintainer
+    response = client.post("/admin/runners/campaign/", action, follow=True)
+    assert "Only maintainers can retry runs." in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+
+    client.force_login(staff("view_campaign", "change_campaign", maintainer=True))
+    response = client.post("/admin/runners/campaign/", action, follow=True)
+    assert "Queued 1 run(s) again." in response.content.decode()
+    execute_run(run.pk)  # queued again, and still refused where it would execute
+    assert_refused_and_nothing_ran(run, marker, sandbox_calls)
+
+
+# --- 2. Anonymous users and contributors cannot trigger runs or approve ----------------------------------
+
+def token_client(user=None):
+    api = APIClient()
+    if user is not None:
+        api.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token(user, 'security')[1]}")
+    return api
+
+
+@pytest.fixture
+def world():
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-ROLES")))
+    pending = ReproducerVersionFactory(reproducer=version.reproducer, review_state=ReviewState.PENDING,
+                                       files={"repro.py": "x = 1"})
+    campaign = do_create_campaign(None, "c", [version], [detector_record("plain")], ["buggy", "fixed"], [0],
+                                  enqueue=False)
+    queued, failed = campaign.runs.order_by("id")
+    Run.objects.filter(pk=failed.pk).update(status=RunStatus.FAILED)
+    return {"pending": pending, "campaign": campaign}
+
+
+def state(world):
+    return (Campaign.objects.count(), sorted(Run.objects.values_list("id", "status")),
+            ReproducerVersion.objects.get(pk=world["pending"].pk).review_state)
+
+
+@pytest.mark.parametrize("role", ["anonymous", "contributor"])
+def test_web_views_refuse_to_trigger_or_approve(role, client, world):
+    if role == "contributor":
+        client.force_login(UserFactory())
+    before = state(world)
+    campaign, pending = world["campaign"].pk, world["pending"].pk
+    requests = [("get", "/campaigns/new/", {}), ("get", "/review/", {}), ("get", f"/review/{pending}/", {}),
+                ("post", "/campaigns/new/", {"name": "x", "bugs": ["TEST-ROLES"], "detectors": ["plain"],
+                                             "variants": ["buggy"], "seeds": "0", "confirm": "1"}),
+                ("post", f"/campaigns/{campaign}/cancel/", {}), ("post", f"/campaigns/{campaign}/retry/", {}),
+                ("post", f"/review/{pending}/", {"decision": "approve", "note": ""})]
+    for method, url, data in requests:
+        response = getattr(client, method)(url, data)
+        if role == "anonymous":
+            assert response.status_code in (302, 403), url
+            assert response.status_code == 403 or response["Location"].startswith("/accounts/login/"), url
+        else:
+            assert response.status_code == 403, url
+    assert state(world) == before
+
+
+@pytest.mark.parametrize("role", ["anonymous", "contributor"])
+def test_api_refuses_to_trigger_or_approve(role, world):
+    api = token_client(UserFactory() if role == "contributor" else None)
+    before = state(world)
+    campaign, pending = world["campaign"].pk, world["pending"].pk
+    body = {"name": "x", "bugs": ["TEST-ROLES"], "detectors": ["plain"]}
+    for url, data in [("/api/campaigns/", body), ("/api/campaigns/preview/", body),
+                      (f"/api/campaigns/{campaign}/cancel/", {}), (f"/api/campaigns/{campaign}/retry/", {}),
+                      (f"/api/reproducer-versions/{pending}/review/", {"decision": "approve"})]:
+        response = api.post(url, data, format="json")
+        assert response.status_code == (401 if role == "anonymous" else 403), (url, response.json())
+    assert state(world) == before
+
+
+def test_the_admin_is_closed_to_contributors_and_to_staff_without_maintainer_rights(client, world):
+    client.force_login(UserFactory())
+    assert client.get("/admin/").status_code == 302  # to the admin's own login
+    assert client.get(f"/admin/runners/campaign/{world['campaign'].pk}/change/").status_code == 302
+    before = state(world)
+    client.force_login(staff("view_campaign", "change_campaign", "view_reproducerversion",
+                             "change_reproducerversion"))
+    client.post("/admin/runners/campaign/", {"action": "cancel", "_selected_action": [world["campaign"].pk]})
+    client.post(f"/admin/bugs/reproducerversion/{world['pending'].pk}/change/", {"review_state": "approved"})
+    assert state(world) == before
+
+
+# --- 3. CSRF ---------------------------------------------------------------------------------------------
+
+def csrf_cases(maintainer, contributor):
+    """(url, form, who) of every state-changing web form."""
+    bug = BugFactory(bug_id="TEST-CSRF", submitted_by=contributor)
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
+    pending = ReproducerVersionFactory(reproducer=version.reproducer, review_state=ReviewState.PENDING,
+                                       files={"repro.py": "y = 2"})
+    campaign = do_create_campaign(None, "c", [version], [detector_record("plain")], ["buggy"], [0], enqueue=False)
+    token, _ = do_create_api_token(contributor, "t")
+    return [
+        ("/submit/", {"bug_id": "TEST-CSRF2", "title": "t"}, contributor),
+        ("/bugs/TEST-CSRF/submit/", {"reproducer_name": "cpu"}, contributor),
+        (f"/review/{pending.pk}/", {"decision": "reject", "note": "no"}, maintainer),
+        ("/campaigns/new/", {"name": "n", "bugs": ["TEST-CSRF"], "detectors": ["plain"], "variants": ["buggy"],
+                             "seeds": "0", "preview": "1"}, maintainer),
+        (f"/campaigns/{campaign.pk}/cancel/", {}, maintainer),
+        (f"/campaigns/{campaign.pk}/retry/", {}, maintainer),
+        ("/account/tokens/", {"name": "new"}, contributor),
+        (f"/account/tokens/{token.pk}/revoke/", {}, contributor),
+        ("/accounts/logout/", {}, contributor),
+        ("/accounts/login/", {"username": "x", "password": "y"}, None),
+        ("/accounts/signup/", {"username": "newcomer"}, None),
+    ]
+
+
+def test_every_state_changing_form_needs_the_csrf_token():
+    maintainer, contributor = MaintainerFactory(), UserFactory()
+    for url, form, user in csrf_cases(maintainer, contributor):
+        browser = Client(enforce_csrf_checks=True)
+        if user is not None:
+            browser.force_login(user)
+        refused = browser.post(url, form)
+        assert refused.status_code == 403 and b"CSRF" in refused.content, url
+        browser.get("/accounts/login/")  # sets the CSRF cookie, as any page with a form does
+        accepted = browser.post(url, {**form, "csrfmiddlewaretoken": browser.cookies["csrftoken"].value})
+        assert accepted.status_code != 403, url  # the same request with its token gets through
+    assert ApiToken.objects.filter(revoked_at__isnull=False).count() == 1
+
+
+def test_the_api_enforces_csrf_with_a_session_but_not_with_a_token():
+    maintainer = MaintainerFactory()
+    ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-CSRF-API")))
+    body = {"name": "n", "bugs": ["TEST-CSRF-API"], "detectors": ["plain"]}
+    session = APIClient(enforce_csrf_checks=True)
+    session.force_login(maintainer)
+    refused = session.post("/api/campaigns/preview/", body, format="json")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    session.get("/accounts/login/")
+    accepted = session.post("/api/campaigns/preview/", body, format="json",
+                            HTTP_X_CSRFTOKEN=session.cookies["csrftoken"].value)
+    assert accepted.status_code == 200
+    api = APIClient(enforce_csrf_checks=True)
+    api.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token(maintainer, 't')[1]}")
+    assert api.post("/api/campaigns/preview/", body, format="json").status_code == 200
+
+
+# --- 4. Production settings ------------------------------------------------------------------------------
+
+PROBE_SETTINGS = """
+import json, django
+from django.conf import settings
+from django.test import Client
+django.setup()
+from rest_framework.settings import api_settings
+client = Client()
+plain = client.get("/accounts/login/", HTTP_HOST="bench.example.org")
+secure = client.get("/accounts/login/", HTTP_HOST="bench.example.org", HTTP_X_FORWARDED_PROTO="https")
+health = client.get("/healthz", HTTP_HOST="bench.example.org")
+csrf = secure.cookies.get("csrftoken")
+print(json.dumps({
+    "settings": {name: getattr(settings, name) for name in (
+        "DEBUG", "PRODUCTION", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SESSION_COOKIE_HTTPONLY",
+        "SECURE_HSTS_SECONDS", "SECURE_SSL_REDIRECT", "SECURE_PROXY_SSL_HEADER", "SECURE_CONTENT_TYPE_NOSNIFF",
+        "X_FRAME_OPTIONS", "SILENTBENCH_MAX_REQUEST_BYTES", "FILE_UPLOAD_MAX_MEMORY_SIZE")},
+    "throttles": [c.__name__ for c in api_settings.DEFAULT_THROTTLE_CLASSES],
+    "rates": api_settings.DEFAULT_THROTTLE_RATES,
+    "plain": [plain.status_code, plain.get("Location")],
+    "health": health.status_code,
+    "headers": {name: secure.get(name) for name in (
+        "Strict-Transport-Security", "X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy")},
+    "csrf_cookie_secure": bool(csrf and csrf["secure"]),
+}))
+"""
+
+
+def django_env(tmp_path, **env):
+    """The environment of a fresh process: ours, less anything that would decide the mode for it."""
+    decisive = ("DJANGO_", "SILENTBENCH_ANON_RATE", "SILENTBENCH_USER_RATE")
+    base = {name: value for name, value in os.environ.items() if not name.startswith(decisive)}
+    return {**base, "DJANGO_SETTINGS_MODULE": "benchmark_site.settings", "SILENTBENCH_VAR_DIR": str(tmp_path),
+            "DATABASE_URL": f"sqlite:///{tmp_path}/unused.sqlite3", **env}
+
+
+def run_python(args, env):
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+PRODUCTION_ENV = {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "DJANGO_ALLOWED_HOSTS": "bench.example.org",
+                  "SILENTBENCH_ANON_RATE": "7/min", "SILENTBENCH_USER_RATE": "70/min"}
+
+
+def test_production_settings_are_secure(tmp_path):
+    """A DJANGO_SECRET_KEY (or DJANGO_ENV=production) means production: HTTPS only behind the proxy's
+    X-Forwarded-Proto, secure and HTTP-only cookies, HSTS, no framing, no sniffing; /healthz stays on HTTP."""
+    result = run_python(["-c", PROBE_SETTINGS], django_env(tmp_path, **PRODUCTION_ENV))
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["settings"] == {
+        "DEBUG": False, "PRODUCTION": True, "SESSION_COOKIE_SECURE": True, "CSRF_COOKIE_SECURE": True,
+        "SESSION_COOKIE_HTTPONLY": True, "SECURE_HSTS_SECONDS": 365 * 24 * 3600, "SECURE_SSL_REDIRECT": True,
+        "SECURE_PROXY_SSL_HEADER": ["HTTP_X_FORWARDED_PROTO", "https"], "SECURE_CONTENT_TYPE_NOSNIFF": True,
+        "X_FRAME_OPTIONS": "DENY", "SILENTBENCH_MAX_REQUEST_BYTES": 2 * 1024 * 1024,
+        "FILE_UPLOAD_MAX_MEMORY_SIZE": 2 * 1024 * 1024}
+    assert seen["plain"] == [301, "https://bench.example.org/accounts/login/"]
+    assert seen["health"] != 301
+    assert seen["headers"] == {"Strict-Transport-Security": "max-age=31536000", "X-Frame-Options": "DENY",
+                               "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+    assert seen["csrf_cookie_secure"]
+    assert seen["throttles"] == ["AnonRateThrottle", "UserRateThrottle"]
+    assert seen["rates"] == {"anon": "7/min", "user": "70/min", "token": "10/min"}  # from the environment
+
+
+def test_the_local_default_needs_no_secret_and_is_not_production(tmp_path):
+    """bin/quickstart and the tests: no DJANGO_SECRET_KEY, plain HTTP on loopback."""
+    result = run_python(["-c", PROBE_SETTINGS.replace("bench.example.org", "localhost")], django_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["settings"]["PRODUCTION"] is False and seen["settings"]["SESSION_COOKIE_SECURE"] is False
+    assert seen["plain"][0] == 200
+
+
+@pytest.mark.parametrize("env", [
+    {"DJANGO_ENV": "production"},
+    {"DJANGO_ENV": "production", "DJANGO_SECRET_KEY": "silentbench-local-development-key-not-for-production"},
+    {"DJANGO_ENV": "staging"},
+], ids=["no-key", "built-in-key", "unknown-env"])
+def test_production_refuses_to_start_with_the_built_in_secret_key(env, tmp_path):
+    result = run_python(["manage.py", "check"], django_env(tmp_path, **env))
+    assert result.returncode != 0 and "ImproperlyConfigured" in result.stderr
+
+
+def test_check_deploy_has_only_the_documented_hsts_opt_ins(tmp_path):
+    """`manage.py check --deploy` in production: no warning but W005/W021 (HSTS for every subdomain, and
+    browsers' preload list), which bind the whole domain and are the operator's opt-in (docs/security.md);
+    with both opted in, none at all."""
+    deploy = run_python(["manage.py", "check", "--deploy"], django_env(tmp_path, **PRODUCTION_ENV))
+    assert deploy.returncode == 0, deploy.stderr
+    assert set(re.findall(r"\(security\.(W\d+)\)", deploy.stderr + deploy.stdout)) == {"W005", "W021"}
+    opted_in = run_python(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], django_env(
+        tmp_path, **PRODUCTION_ENV, DJANGO_HSTS_INCLUDE_SUBDOMAINS="true", DJANGO_HSTS_PRELOAD="true"))
+    assert opted_in.returncode == 0, opted_in.stderr
+    assert "no issues" in opted_in.stdout
+
+
+# --- 5. Upload limits ------------------------------------------------------------------------------------
+
+def test_a_too_large_upload_is_refused_before_anything_is_stored(client, settings):
+    settings.SILENTBENCH_MAX_REQUEST_BYTES = 64 * 1024
+    contributor = UserFactory()
+    big = {**FILES, "repro.py": FILES["repro.py"] + "# padding\n" * 10_000}  # 100 KB
+    api = token_client(contributor).post("/api/submissions/", {**BUG_FORM, "files": uploads(big)},
+                                         format="multipart")
+    assert api.status_code == 413 and "Request too large" in api.json()["detail"]
+    client.force_login(contributor)
+    page = client.post("/submit/", {**BUG_FORM, "files": uploads(big)})
+    assert page.status_code == 413 and b"the limit is 65536 bytes" in page.content
+    assert not Bug.objects.exists() and not ReproducerVersion.objects.exists()
+    assert client.post("/submit/", {**BUG_FORM, "files": uploads(FILES)}).status_code == 302  # within the cap
+
+
+def test_uploads_within_the_request_cap_stay_in_memory():
+    """Nothing of an upload touches the disk: the request cap is within the in-memory upload size."""
+    assert django_settings.FILE_UPLOAD_MAX_MEMORY_SIZE >= django_settings.SILENTBENCH_MAX_REQUEST_BYTES
+    assert django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE <= django_settings.SILENTBENCH_MAX_REQUEST_BYTES
+    assert django_settings.SILENTBENCH_MAX_REQUEST_BYTES > django_settings.SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES
+
+
+# --- 6. A reproducer cannot read the worker's secrets ----------------------------------------------------
+
+SNOOPER = PROGRAM_PREAMBLE + """
+import glob
+SECRETS = {secrets!r}
+NAMES = ("DJANGO_SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL")
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError as error:
+        return None
+
+sources = {{"os.environ": "\\n".join(f"{{k}}={{v}}" for k, v in os.environ.items()),
+            "/proc/self/environ": read("/proc/self/environ")}}
+worker = read(f"/proc/{{os.getppid()}}/environ")
+try:
+    open(f"/proc/{{os.getppid()}}/mem", "rb").close()
+    worker_memory = True
+except OSError:
+    worker_memory = False
+for path in glob.glob("/proc/[0-9]*/environ"):
+    sources[path] = read(path)
+found = sorted({{f"{{secret}} in {{where}}" for where, text in sources.items() if text
+                for secret in SECRETS if secret in text}})
+report(event="oracle", manifested=False, trigger_step=None, summary="snooped", evidence={{
+    "found": found, "names": sorted(name for name in NAMES if name in os.environ),
+    "worker_environ_readable": worker is not None, "worker_memory_readable": worker_memory, "uid": os.getuid(),
+    "readable": sorted(p for p, text in sources.items() if text is not None and p.startswith("/proc/") and
+                       p != "/proc/self/environ")}})
+"""
+
+WORKER = """
+import sys, django
+django.setup()
+from runners.tasks import execute_run
+execute_run(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reproducer_cannot_read_the_workers_secrets(tmp_path):
+    """A real worker process, with a secret key, a database URL and a broker password in its environment,
+    executes a hostile reproducer through the sandbox. The reproducer looks for them in its own
+    environment, /proc/self/environ, its worker's /proc/<pid>/environ and every /proc/*/environ it
+    can open: it finds none, and it cannot open the worker's memory.
+
+    What keeps them out (runners/sandbox.py): the run's environment is built from nothing; the worker
+    is non-dumpable and wipes secret values from the block /proc/<pid>/environ shows; a reproducer
+    running as another user (a root worker's ``nobody``) cannot open that file at all, and one running
+    as root has no CAP_SYS_PTRACE, so no access to the worker's memory."""
+    secret_key, broker_password = secrets.token_hex(24), secrets.token_hex(12)
+    db_url = database_url(connection.settings_dict)
+    worker_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "benchmark_site.settings", "DJANGO_ENV": "production",
+                  "DJANGO_SECRET_KEY": secret_key, "DATABASE_URL": db_url,
+                  "CELERY_BROKER_URL": f"redis://:{broker_password}@127.0.0.1:9/0",
+                  "SILENTBENCH_VAR_DIR": str(django_settings.VAR_DIR)}
+    looked_for = [secret_key, broker_password, db_url]
+    if connection.settings_dict.get("PASSWORD"):
+        looked_for.append(connection.settings_dict["PASSWORD"])
+    version = ReproducerVersionFactory(files={"repro.py": SNOOPER.format(secrets=looked_for)})
+    run = RunFactory(reproducer_version=version)
+
+    worker = run_python(["-c", WORKER, str(run.pk)], worker_env)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, (run.failure_reason, run.stderr)
+    evidence = run.oracle_evidence
+    assert evidence["names"] == [] and evidence["found"] == [], evidence
+    assert evidence["worker_memory_readable"] is False, evidence
+    if evidence["uid"] != os.geteuid():  # the sandbox switched users: the worker's /proc entries are closed
+        assert evidence["worker_environ_readable"] is False, evidence
+    for secret in looked_for:
+        assert secret not in run.stdout + run.stderr + json.dumps(evidence)
+
+
+# --- 7. API throttling -----------------------------------------------------------------------------------
+
+def test_api_throttling_answers_429_past_the_rate(monkeypatch):
+    """Anonymous callers are counted by address, users (session or token) by account."""
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "3/min", "user": "5/min", "token": "1/min"})
+    anonymous = APIClient()
+    assert [anonymous.get("/api/bugs/").status_code for _ in range(4)] == [200, 200, 200, 429]
+    refused = anonymous.get("/api/detectors/")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert "throttled" in refused.json()["detail"].lower()
+    alice, bob = token_client(UserFactory()), token_client(UserFactory())
+    assert [alice.get("/api/bugs/").status_code for _ in range(6)] == [200] * 5 + [429]
+    assert bob.get("/api/bugs/").status_code == 200  # each user has a bucket of their own
