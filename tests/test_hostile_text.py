@@ -108,3 +108,26 @@ def test_csv_exports_defuse_spreadsheet_formulas(client):
     BugFactory(bug_id="TEST-FORMULA", title=FORMULA)
     csv = client.get("/catalog.csv").content.decode()
     assert "'=HYPERLINK" in csv and ",=HYPERLINK" not in csv
+
+
+def test_the_admin_the_browsable_api_and_error_pages_show_hostile_text_as_text(client, hostile_world):
+    """The pages the site's templates do not draw: Django's admin, DRF's browsable API, the 404 page."""
+    run = hostile_world["runs"][0]
+    client.force_login(UserFactory(username=HOSTILE[:150], is_staff=True, is_superuser=True))
+    urls = [
+        "/admin/bugs/bug/", f"/admin/bugs/bug/{hostile_world['bug'].pk}/change/",
+        "/admin/bugs/reproducerversion/", f"/admin/bugs/reproducerversion/{hostile_world['pending'].pk}/change/",
+        "/admin/runners/run/", f"/admin/runners/run/{run.pk}/change/",
+        "/admin/runners/campaign/", f"/admin/runners/campaign/{hostile_world['campaign'].pk}/change/",
+        f"/admin/runners/environment/{hostile_world['environment'].pk}/change/", "/admin/auth/user/",
+        "/api/bugs/", "/api/bugs/TEST-EVIL/", "/api/runs/", f"/api/runs/{run.pk}/", "/api/alarms/",
+        "/api/campaigns/", "/api/submissions/",
+    ]
+    for url in urls:
+        response = client.get(url, HTTP_ACCEPT="text/html")
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/html"), url
+        body = response.content.decode()
+        assert SCRIPT not in body and "<img src=x" not in body and "alert(2)</script>" not in body, url
+        assert ESCAPED in body or "\\u003Cscript\\u003E" in body or "\\u003cscript\\u003e" in body, url
+    missing = client.get("/bugs/%3Cscript%3Ealert(1)%3C/script%3E/")
+    assert missing.status_code == 404 and b"<script>alert(1)" not in missing.content
