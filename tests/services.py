@@ -189,18 +189,22 @@ def celery_on(url):
 
     from benchmark_site.celery import app
 
-    def reset():
-        if app._pool is not None:
-            app._pool.force_close_all()
+    def reset():  # kombu keeps one pool per broker URL: forget ours, never close it (others share it)
         app._pool = None
         app.amqp._producer_pool = None
 
-    previous = (app.conf.broker_url, app.conf.broker_transport_options, settings.CELERY_BROKER_URL)
+    # Celery prefers the CELERY_BROKER_URL environment variable to its configuration.
+    previous = (app.conf.broker_url, app.conf.broker_transport_options, settings.CELERY_BROKER_URL,
+                os.environ.get("CELERY_BROKER_URL"))
     reset()
     app.conf.broker_url, app.conf.broker_transport_options = url, {"visibility_timeout": 3600}
-    settings.CELERY_BROKER_URL = url
+    settings.CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"] = url
     try:
         yield app
     finally:
         reset()
-        app.conf.broker_url, app.conf.broker_transport_options, settings.CELERY_BROKER_URL = previous
+        app.conf.broker_url, app.conf.broker_transport_options, settings.CELERY_BROKER_URL, environment = previous
+        if environment is None:
+            os.environ.pop("CELERY_BROKER_URL", None)
+        else:
+            os.environ["CELERY_BROKER_URL"] = environment

@@ -212,3 +212,56 @@ def test_misbehaving_reproducers_fail_with_their_reason_and_the_worker_lives_on(
     assert runs[GOOD_REPRODUCER].status == RunStatus.SUCCEEDED  # the last one, on the same worker
     assert not Path(f"/tmp/silentbench-escape-{token}").exists()
     assert worker.poll() is None, log_tail(worker.log)
+
+
+# --- The same mechanisms in-process, fast (every pass of the suite) ---
+
+@pytest.mark.django_db
+def test_reconcile_requeues_a_silent_workers_runs_and_completes_a_missed_campaign(
+        settings, monkeypatch, django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runners import reconciler
+    from runners.models import Worker
+
+    from .factories import RunFactory
+
+    enqueued = []
+    monkeypatch.setattr(reconciler, "enqueue_runs", enqueued.extend)
+    settings.SILENTBENCH_WORKER_STALE_SECONDS = 60
+    now = timezone.now()
+    silent = Worker.objects.create(hostname="silent@a", last_seen=now - timedelta(seconds=61))
+    alive = Worker.objects.create(hostname="alive@b", last_seen=now - timedelta(seconds=5))
+    orphan = RunFactory(status=RunStatus.RUNNING, worker=silent, attempts=1, started_at=now)
+    busy = RunFactory(status=RunStatus.RUNNING, worker=alive, attempts=1, started_at=now)
+    finished = Campaign.objects.create(name="done, never marked")
+    RunFactory(campaign=finished, status=RunStatus.SUCCEEDED)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        repaired = reconciler.reconcile(now)
+    assert repaired["requeued_from_silent_workers"] == [orphan.pk] and enqueued == [orphan.pk]
+    orphan.refresh_from_db()
+    busy.refresh_from_db()
+    assert (orphan.status, orphan.worker, orphan.attempts) == (RunStatus.QUEUED, None, 1)
+    assert busy.status == RunStatus.RUNNING
+    assert repaired["completed_campaigns"] == [finished.pk]
+    assert reconciler.reconcile(now)["completed_campaigns"] == []  # idempotent
+
+
+@pytest.mark.django_db
+def test_a_database_outage_is_a_clean_503_page_or_json(monkeypatch):
+    from django.db.backends import utils
+
+    def refused(*args, **kwargs):
+        raise OperationalError('connection to server at "db" failed: Connection refused')
+
+    monkeypatch.setattr(utils.CursorWrapper, "execute", refused)
+    client = Client()
+    page = client.get("/")
+    assert page.status_code == 503 and page["Retry-After"] == "30"
+    assert page["Content-Type"].startswith("text/html") and b"try again" in page.content
+    assert b"Connection refused" not in page.content  # no internals shown
+    api = client.get("/api/runs/")
+    assert api.status_code == 503 and "try again" in api.json()["detail"]
