@@ -7,8 +7,10 @@ for memory, file size, core dumps and processes; death with the process that sta
 (``PR_SET_PDEATHSIG``), so a worker killed with -9 leaves no reproducer behind; an unprivileged
 user when the worker is root (``Limits.user``); and a Landlock ruleset, which needs no privilege
 (it works as uid 1000 in Docker, whose default seccomp profile allows it): the program may write
-only under its own directory and ``/dev`` (``/dev/null``, ``/dev/shm``, GPU devices), and may not
-signal or ptrace processes outside its sandbox (so not the worker, nor read its environment).
+only under its own directory and ``/dev`` (``/dev/null``, ``/dev/shm``, GPU devices), and (ABI 6)
+may not signal processes outside its sandbox, such as the worker. Landlock does not stop it from
+reading files, nor ``/proc/<worker>/environ`` when it runs as the worker's user: secrets must not
+be in the worker's environment or memory for that (only the uid switch of a root worker stops it).
 """
 import ctypes
 import functools
