@@ -9,8 +9,9 @@ user when the worker is root (``Limits.user``); and a Landlock ruleset, which ne
 (it works as uid 1000 in Docker, whose default seccomp profile allows it): the program may write
 only under its own directory and ``/dev`` (``/dev/null``, ``/dev/shm``, GPU devices), and (ABI 6)
 may not signal processes outside its sandbox, such as the worker. Landlock does not stop it from
-reading files, nor ``/proc/<worker>/environ`` when it runs as the worker's user: secrets must not
-be in the worker's environment or memory for that (only the uid switch of a root worker stops it).
+reading files, nor ``/proc/<worker>/environ`` when it runs as the worker's user: for that the worker
+hides itself (``hide_from_reproducers``: non-dumpable, secret values wiped from the environment
+block /proc shows), and a root worker's reproducers lose ``CAP_SYS_PTRACE``.
 """
 import ctypes
 import functools
