@@ -20,7 +20,7 @@ from runners.reconciler import reconcile
 from runners.services import detector_record, do_create_campaign
 
 from .factories import GOOD_REPRODUCER, PROGRAM_PREAMBLE, ReproducerVersionFactory
-from .services import celery_on, django_on, own_postgres, own_redis  # noqa: F401 (fixtures)
+from .services import celery_on, django_on
 from .test_runner import is_running
 
 # Small windows so that each fault heals in seconds (production: 15 s, 90 s, 60 s).
@@ -39,7 +39,7 @@ report(event="oracle", manifested=True, trigger_step=1, summary="toy oracle", ev
 
 
 @pytest.fixture(scope="module")
-def stack(own_postgres, own_redis, django_db_blocker):  # noqa: F811 (fixtures imported above)
+def stack(own_postgres, own_redis, django_db_blocker):
     """A fresh database on the private PostgreSQL and the private Redis, for this module."""
     url = own_postgres.createdb(f"faults_{uuid.uuid4().hex[:8]}")
     with django_db_blocker.unblock(), django_on(url), celery_on(own_redis.url(1)):

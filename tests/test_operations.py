@@ -24,7 +24,7 @@ from runners.models import Alarm, Run
 from runners.synthetic import seed_history
 
 from .factories import MaintainerFactory, UserFactory
-from .services import django_on, own_postgres  # noqa: F401 (a fixture, used as an argument below)
+from .services import django_on
 
 OPERATIONS = settings.BASE_DIR / "docs" / "operations.md"
 
@@ -116,7 +116,7 @@ def fill(url):
 
 
 @pytest.mark.faults
-def test_documented_backup_restores_everything_into_a_fresh_database(own_postgres, django_db_blocker,  # noqa: F811
+def test_documented_backup_restores_everything_into_a_fresh_database(own_postgres, django_db_blocker,
                                                                      tmp_path):
     suffix = uuid.uuid4().hex[:8]
     source, target = own_postgres.createdb(f"ops_source_{suffix}"), own_postgres.createdb(f"ops_restored_{suffix}")
