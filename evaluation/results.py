@@ -1,12 +1,14 @@
 """The results a query string selects, for the results page, its plots and downloads, the API and
 ``manage.py export``: which runs (a stored evaluation, a campaign, or every run) narrowed by the
 results filter. Everything that shows a number goes through ``Results``, so they all agree."""
+import hashlib
 from functools import cached_property
 
 import pandas as pd
+from django.core.cache import cache
 from django.http import HttpResponse
 
-from runners.models import Run
+from runners.models import Campaign, Run
 
 from .filters import ResultFilterForm
 from .models import Evaluation
@@ -32,6 +34,9 @@ TABLES = {
     "latency": ("latency", latency_table, LATENCY_COLUMNS),
     "overhead": ("overhead", None, OVERHEAD_COLUMNS),
 }
+
+
+RESULTS_CACHE_SECONDS = 24 * 3600
 
 
 class NotFound(LookupError):
@@ -98,15 +103,18 @@ class Results:
     def table(self, name):
         """One of TABLES as a DataFrame, filtered, with None for missing values."""
         if name not in self._tables:
-            key, compute, columns = TABLES[name]
-            if self.evaluation is not None and (name in ("detection", "overhead") or not self.criteria.narrows_bugs):
-                frame = self._stored(key, columns)
-            elif compute is None:
-                frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
-            else:
-                frame = compute(judged=self.judged)
-            self._tables[name] = without_nan(self.criteria.rows(frame, outcome=name == "detection"))
+            self._tables[name] = self._cached(f"table:{name}", lambda: self._compute_table(name))
         return self._tables[name]
+
+    def _compute_table(self, name):
+        key, compute, columns = TABLES[name]
+        if self.evaluation is not None and (name in ("detection", "overhead") or not self.criteria.narrows_bugs):
+            frame = self._stored(key, columns)
+        elif compute is None:
+            frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
+        else:
+            frame = compute(judged=self.judged)
+        return without_nan(self.criteria.rows(frame, outcome=name == "detection"))
 
     @cached_property
     def _tables(self):
@@ -114,7 +122,31 @@ class Results:
 
     def run_latencies(self):
         """Per detected buggy run (of the selected runs): the latency plot's points."""
-        return without_nan(run_latencies(self.judged))
+        return self._cached("latencies", lambda: without_nan(run_latencies(self.judged)))
+
+    @cached_property
+    def _cache_key(self):
+        """Where the tables of a *completed* campaign are cached, or None. They cannot change until the
+        campaign is reopened (a retry clears ``completed_at``), so the key names its completion time and
+        the filter; judging a campaign of 25,000 runs takes seconds, a cached table milliseconds."""
+        if self.campaign_id is None or not self.form.is_valid():
+            return None
+        completed = Campaign.objects.filter(pk=self.campaign_id).values_list("completed_at", flat=True).first()
+        if completed is None:
+            return None
+        filters = repr(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))
+        digest = hashlib.sha256(filters.encode()).hexdigest()[:16]
+        return f"results:campaign:{self.campaign_id}:{completed.isoformat()}:{digest}"
+
+    def _cached(self, part, compute):
+        if self._cache_key is None:
+            return compute()
+        key = f"{self._cache_key}:{part}"
+        value = cache.get(key)
+        if value is None:
+            value = compute()
+            cache.set(key, value, RESULTS_CACHE_SECONDS)
+        return value
 
     @property
     def fits(self):

@@ -29,11 +29,16 @@ class Chart:
     figure: dict
     columns: list = field(default_factory=list)
     rows: list = field(default_factory=list)
+    rows_total: int = 0  # when more than len(rows): the table lists only the first rows
     table_id: str = ""
 
     @property
     def figure_id(self):
         return f"{self.id}-figure"
+
+    @property
+    def rows_cut(self):
+        return self.rows_total > len(self.rows)
 
     @property
     def empty(self):

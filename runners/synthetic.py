@@ -335,6 +335,8 @@ def seed_history(runs=100_000, alarms=1_000_000, campaigns=None, seed=0, evaluat
                 created_campaigns.append((len(items), campaign))
                 made.campaigns += 1
                 live = index == len(plans) - 1 and len(plans) > 1
+                if not live:  # finished campaigns are completed, as do_complete_campaign would mark them
+                    Campaign.objects.filter(pk=campaign.pk).update(completed_at=created + timedelta(hours=1))
                 for start in range(0, len(items), RUN_BATCH):
                     batch = [make_run(rng, campaign, environment, version, detector, variant, s, live, now)
                              for version, detector, variant, s in items[start:start + RUN_BATCH]]

@@ -206,3 +206,18 @@ def test_hostile_text_in_plots_is_text(client):
     run_page = client.get(f"/runs/{Alarm.objects.first().run_id}/").content.decode()
     assert "<script>alert" not in run_page
     assert "&lt;script&gt;" in figure(run_page, "loss-figure")["data"][1]["text"][0]
+
+
+def test_a_huge_latency_plot_keeps_every_value_but_draws_and_lists_fewer_points():
+    import pandas as pd
+
+    from evaluation.charts import POINTS_SHOWN, latency_chart
+
+    many = POINTS_SHOWN + 500
+    frame = pd.DataFrame({"detector": ["d"] * many, "bug": ["B-1"] * many, "reproducer": ["cpu"] * many,
+                          "seed": range(many), "run": range(many), "latency_steps": [1] * many,
+                          "latency_seconds": [0.1] * many, "rule": ["r"] * many})
+    chart = latency_chart(frame)
+    [trace] = chart.figure["data"]
+    assert len(trace["y"]) == many and trace["boxpoints"] == "outliers" and "text" not in trace
+    assert len(chart.rows) == POINTS_SHOWN and chart.rows_total == many and chart.rows_cut
