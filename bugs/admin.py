@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 
 from .models import Bug, Reproducer, ReproducerVersion
 
@@ -16,6 +17,7 @@ class BugAdmin(admin.ModelAdmin):
     list_filter = ["framework", "fault_location", "status", "reproduction", "multi_rank"]
     search_fields = ["bug_id", "title", "root_cause", "symptom"]
     inlines = [ReproducerInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # links typed without a scheme
 
     def has_delete_permission(self, request, obj=None):
         return False  # bugs are deprecated, never deleted
