@@ -59,6 +59,7 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summa
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.integration
+@pytest.mark.once
 @pytest.mark.parametrize("name", ["traincheck", "traincheck_full"])
 def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(name):
     pipeline = ReproducerFactory(bug=None, name="tiny-adam")
