@@ -352,13 +352,19 @@ def do_requeue_stale_runs(now=None):
     return requeued
 
 
+def live_workers(now=None):
+    """Workers seen within SILENTBENCH_WORKER_SEEN_MINUTES (their heartbeat keeps ``last_seen`` fresh)."""
+    now = now or timezone.now()
+    return Worker.objects.filter(last_seen__gte=now - timedelta(minutes=settings.SILENTBENCH_WORKER_SEEN_MINUTES))
+
+
 def do_flag_unservable_runs(now=None):
     """Fail the runs that nobody can serve instead of leaving them queued for ever: queued for longer
     than SILENTBENCH_UNSERVABLE_GRACE_MINUTES while no worker seen within SILENTBENCH_WORKER_SEEN_MINUTES
     consumes their queue. The reason names what they need and what the live workers offer. Returns the IDs."""
     now = now or timezone.now()
+    workers = list(live_workers(now).order_by("hostname"))
     window = settings.SILENTBENCH_WORKER_SEEN_MINUTES
-    workers = list(Worker.objects.filter(last_seen__gte=now - timedelta(minutes=window)).order_by("hostname"))
     served = {queue for worker in workers for queue in worker.queues}
     waiting = (Run.objects.filter(status=RunStatus.QUEUED,
                                   queued_at__lt=now - timedelta(minutes=settings.SILENTBENCH_UNSERVABLE_GRACE_MINUTES))

@@ -1,26 +1,24 @@
 import hashlib
 import json
 import math
-from datetime import timedelta
 from functools import cache
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_POST
 
 from .charts import loss_figure
 from .detectors import all_plugins
 from .forms import CampaignForm
-from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, Worker, runs_for_listing, status_counts
-from .services import do_cancel_campaign, do_create_campaign, do_retry_failed_runs, estimate_campaign
+from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, runs_for_listing, status_counts
+from .services import do_cancel_campaign, do_create_campaign, do_retry_failed_runs, estimate_campaign, live_workers
 
 TRIGGER_PERMISSION = "runners.trigger_campaign"
-ACTIVE_WORKER_WINDOW = timedelta(minutes=10)
 
 
 def run_detail(request, pk):
@@ -101,7 +99,7 @@ def campaign_new(request):
         preview = {**estimate_campaign(versions, detectors, variants, seeds, steps), "versions": versions,
                    "plan": digest,
                    "uncovered": sorted(set(form.cleaned_data["bugs"]) - covered),
-                   "workers": active_workers().count()}
+                   "workers": live_workers().count(), "window": settings.SILENTBENCH_WORKER_SEEN_MINUTES}
         preview["minutes"] = math.ceil(preview["seconds"] / 60)
         preview["minutes_spread"] = math.ceil(preview["seconds"] / 60 / max(1, preview["workers"]))
     return render(request, "runners/campaign_new.html", {
@@ -114,10 +112,6 @@ def plan_digest(versions, detectors, variants, seeds, steps):
     previewed (choices changed, then Enter pressed) is not queued."""
     plan = [sorted(v.pk for v in versions), sorted(d.pk for d in detectors), sorted(variants), sorted(seeds), steps]
     return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
-
-
-def active_workers():
-    return Worker.objects.filter(last_seen__gte=timezone.now() - ACTIVE_WORKER_WINDOW)
 
 
 @require_POST
