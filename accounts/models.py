@@ -24,10 +24,6 @@ class ApiToken(models.Model):
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
 
-    @property
-    def is_active(self):
-        return self.revoked_at is None
-
     @staticmethod
     def hash_secret(secret):
         return hashlib.sha256(secret.encode()).hexdigest()

@@ -1,6 +1,6 @@
 """Headless Debian Chromium through Playwright, for the browser tests (tests/browser/) and `manage.py screenshots`.
 
-Playwright's own browser download (`playwright install`) is never used; bin/setup installs the
+Playwright's own browser download (`playwright install`) is never used; bin/test-tools installs the
 distribution's Chromium. SILENTBENCH_CHROMIUM points elsewhere if needed.
 """
 import os
@@ -18,6 +18,6 @@ VIEWPORT = {"width": 1400, "height": 900}
 def launch(playwright):
     """A headless Chromium from a started Playwright; fails with the way out when the binary is missing."""
     if not Path(CHROMIUM).exists():
-        raise RuntimeError(f"{CHROMIUM} is missing: run bin/setup as root, or `apt-get install chromium`, "
+        raise RuntimeError(f"{CHROMIUM} is missing: run bin/test-tools as root, or `apt-get install chromium`, "
                            "or set SILENTBENCH_CHROMIUM to a Chromium binary.")
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

@@ -84,6 +84,10 @@ def run_limits(version):
     )
 
 
+class UnapprovedVersion(PermissionError):
+    """``execute`` was asked to run a version no maintainer approved."""
+
+
 def execute(run, devices=()):
     """Run ``run`` to completion in a fresh directory, on the GPUs ``devices`` it holds; always returns
     an outcome, never a half state.
@@ -92,6 +96,8 @@ def execute(run, devices=()):
     afterwards, while the directory still exists; its offline time is measured apart.
     """
     version = run.reproducer_version
+    if not version.is_approved:  # every caller comes through here: unapproved code never starts
+        raise UnapprovedVersion(f"{version} is not approved by a maintainer; it cannot run.")
     plugin = get_plugin(run.detector.name)
     base_limits = run_limits(version)
     limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor)

@@ -100,7 +100,9 @@ class SandboxResult:
 
     def failure_reason(self, limits):
         """A sentence for a human, or '' when the program ended normally with exit code 0."""
-        forking = hit_process_limit(self.stderr)
+        # The program's last words decide (an earlier, handled "Permission denied" is no reason).
+        last_line = next((line for line in reversed(self.stderr.strip().splitlines()) if line.strip()), "")
+        forking = hit_process_limit(last_line)
         if self.forked_too_much:
             return (f"Process limit exceeded: more than {limits.max_processes} processes at once (a fork bomb?); "
                     "the process group was killed.")
@@ -113,12 +115,11 @@ class SandboxResult:
             return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
         if self.exit_code == 0:
             return ""
-        last_line = next((line for line in reversed(self.stderr.strip().splitlines()) if line.strip()), "")
         if looks_out_of_memory(self.stderr):
             return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
         if forking:
             return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
-        if looks_like_refused_write(self.stderr):
+        if looks_like_refused_write(last_line):
             return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
                     f"{last_line}").strip()
         if self.signal_name:

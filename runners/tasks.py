@@ -109,13 +109,14 @@ def reconcile_and_beat_on_start(sender, **kwargs):
 
     logger.info("sandbox: %s", describe_confinement(Limits(time_limit_seconds=0, memory_mb=0,
                                                           user=settings.SILENTBENCH_SANDBOX_USER)))
+    # The heartbeat first: whatever happens below, this worker must not look dead while it takes runs.
+    threading.Thread(target=_heartbeat, args=(sender.hostname, settings.SILENTBENCH_HEARTBEAT_SECONDS),
+                     name="silentbench-heartbeat", daemon=True).start()
     try:
         do_requeue_runs_of_restarted_worker(sender.hostname)
         reconcile()
-    except DatabaseError:
+    except Exception:  # the database or the broker is away: the periodic reconciler will catch up
         logger.exception("reconcile on start failed; the periodic reconciler will catch up")
-    threading.Thread(target=_heartbeat, args=(sender.hostname, settings.SILENTBENCH_HEARTBEAT_SECONDS),
-                     name="silentbench-heartbeat", daemon=True).start()
 
 
 def _heartbeat(name, interval):
@@ -123,6 +124,7 @@ def _heartbeat(name, interval):
         time.sleep(interval)
         try:
             Worker.objects.filter(hostname=name).update(last_seen=timezone.now())
-        except DatabaseError as error:
+        except Exception as error:  # never let the heartbeat die: a silent worker loses its runs
             logger.warning("heartbeat of %s not recorded: %s", name, error)
-            connection.close()
+            if isinstance(error, DatabaseError):
+                connection.close()

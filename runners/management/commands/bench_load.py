@@ -23,6 +23,7 @@ reproducers directly):
 No part given: both.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -104,7 +105,9 @@ class Command(BaseCommand):
                "DATABASE_URL": options["runs_database_url"] or database_url(connection.settings_dict)}
         argv = [sys.executable, "manage.py", "bench_runs", "--throughput", str(options["throughput"]),
                 "--workers", str(options["workers"]), "--idle", str(options["idle"]), "--bugs", options["bugs"]]
-        self.stdout.write(f"\n$ CELERY_BROKER_URL={env['CELERY_BROKER_URL']} DATABASE_URL={env['DATABASE_URL']} "
+        shown = {name: re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", env[name])  # no password in the output
+                 for name in ("CELERY_BROKER_URL", "DATABASE_URL")}
+        self.stdout.write(f"\n$ CELERY_BROKER_URL={shown['CELERY_BROKER_URL']} DATABASE_URL={shown['DATABASE_URL']} "
                           f"{' '.join(argv[1:])}")
         self.stdout.flush()
         if subprocess.run(argv, cwd=settings.BASE_DIR, env=env).returncode:

@@ -6,7 +6,6 @@ Each page is requested in-process with django.test.Client (the whole middleware 
 two warm-up requests, one under CaptureQueriesContext for the query count, then --repeat timed
 requests (median and p95). Prints a Markdown table; never asserts.
 """
-import math
 import statistics
 import time
 
@@ -19,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bugs.models import Bug, Reproducer, ReproducerVersion, StabilityCheck
 from evaluation.models import Evaluation
+from runners.loadbench import percentile
 from runners.models import Alarm, Campaign, Environment, Run
 
 
@@ -51,11 +51,6 @@ def pages():
     if run_id:
         listed += [("run detail (with alarms)", f"/runs/{run_id}/"), ("API run detail", f"/api/runs/{run_id}/")]
     return listed
-
-
-def percentile(values, share):
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
 def measure(client, url, repeat):
