@@ -1,7 +1,7 @@
 from django.contrib import admin
 
+from .actions import do_revoke_api_token
 from .models import ApiToken
-from .services import do_revoke_api_token
 
 
 @admin.register(ApiToken)
@@ -19,4 +19,4 @@ class ApiTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):
         for token in queryset.filter(revoked_at__isnull=True):
-            do_revoke_api_token(request.user, token)
+            do_revoke_api_token(token, acting_user=request.user)

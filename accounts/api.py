@@ -8,8 +8,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from .actions import do_create_api_token, do_revoke_api_token
 from .models import ApiToken
-from .services import do_create_api_token, do_revoke_api_token
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
@@ -28,7 +28,7 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
 def create_token(user, name):
     try:
-        token, secret = do_create_api_token(user, name)
+        token, secret = do_create_api_token(name, acting_user=user)
     except DjangoValidationError as error:
         raise ValidationError({"name": error.messages})
     token.token = secret
@@ -55,13 +55,13 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         return create_token(request.user, serializer.validated_data["name"])
 
     def destroy(self, request, *args, **kwargs):
-        do_revoke_api_token(request.user, self.get_object())
+        do_revoke_api_token(self.get_object(), acting_user=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses=ApiTokenSerializer)
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
-        return Response(ApiTokenSerializer(do_revoke_api_token(request.user, self.get_object())).data)
+        return Response(ApiTokenSerializer(do_revoke_api_token(self.get_object(), acting_user=request.user)).data)
 
 
 class CredentialsSerializer(serializers.Serializer):

@@ -6,10 +6,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from core.roles import capabilities_of, role_of
+
+from .actions import do_create_api_token, do_revoke_api_token
 from .forms import ApiTokenForm, SignUpForm
 from .models import ApiToken
-from .roles import capabilities_of, role_of
-from .services import do_create_api_token, do_revoke_api_token
 
 
 def safe_next(request):
@@ -43,7 +44,7 @@ def tokens(request):
     form = ApiTokenForm(request.POST if request.method == "POST" else None)
     new_secret = None
     if request.method == "POST" and form.is_valid():
-        token, new_secret = do_create_api_token(request.user, form.cleaned_data["name"])
+        token, new_secret = do_create_api_token(form.cleaned_data["name"], acting_user=request.user)
         form = ApiTokenForm()
     return render(request, "accounts/tokens.html", {
         "form": form, "new_secret": new_secret, "tokens": request.user.api_tokens.all(),
@@ -54,6 +55,6 @@ def tokens(request):
 @login_required
 def revoke_token(request, pk):
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
-    do_revoke_api_token(request.user, token)
+    do_revoke_api_token(token, acting_user=request.user)
     messages.success(request, f"Token “{token.name}” revoked.")
     return redirect("accounts:tokens")

@@ -49,11 +49,14 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "core",
     "bugs",
     "runners",
     "evaluation",
     "accounts",
 ]
+if not PRODUCTION:  # benchmarks, synthetic history, screenshots: development and tests only
+    INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -17,6 +17,8 @@ class BugAdmin(admin.ModelAdmin):
     list_filter = ["framework", "fault_location", "status", "reproduction", "multi_rank"]
     search_fields = ["bug_id", "title", "root_cause", "symptom"]
     inlines = [ReproducerInline]
+    # The status changes only through the actions (review, verification, deprecate_bug), which leave a record.
+    readonly_fields = ["status", "deprecation_reason", "submitted_by"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # links typed without a scheme
 
     def has_delete_permission(self, request, obj=None):

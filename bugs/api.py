@@ -1,4 +1,3 @@
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, viewsets
@@ -7,10 +6,11 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
+from .actions import do_review_version, do_submit_reproducer
 from .filters import BugFilter
 from .forms import SUBMITTED_BUG_FIELDS
 from .models import Bug, Reproducer, ReproducerVersion
-from .services import do_review_version, do_submit_reproducer
+from .permissions import can_resubmit, can_review
 from .submissions import read_uploads
 
 
@@ -83,13 +83,13 @@ class ReproducerVersionViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
     def review(self, request, pk=None):
         """A maintainer approves (verification runs start) or rejects (a note is required) this version."""
+        if not can_review(request.user):
+            raise PermissionDenied("Only maintainers can review reproducer code.")
         review = ReviewSerializer(data=request.data)
         review.is_valid(raise_exception=True)
         try:
-            version = do_review_version(self.get_object(), request.user, review.validated_data["decision"] == "approve",
-                                        review.validated_data["note"])
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
+            version = do_review_version(self.get_object(), review.validated_data["decision"] == "approve",
+                                        review.validated_data["note"], acting_user=request.user)
         except DjangoValidationError as error:
             raise ValidationError(error.messages) from error
         return Response(ReproducerVersionSummarySerializer(version).data)
@@ -149,14 +149,15 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             bug = Bug.objects.filter(bug_id=data["resubmit_to"]).first()
             if bug is None:
                 raise ValidationError({"resubmit_to": f"No bug {data['resubmit_to']}."})
+            if not can_resubmit(self.request.user, bug):
+                raise PermissionDenied(f"{bug.bug_id} was submitted by someone else; only they or a maintainer can "
+                                       f"submit new versions of it.")
         bug_fields = None if bug else {name: data.get(name, Bug._meta.get_field(name).get_default())
                                        for name in SUBMITTED_BUG_FIELDS}
         if problems:
             raise ValidationError({"files": problems})
         try:
-            serializer.instance = do_submit_reproducer(self.request.user, files, data["reproducer_name"], bug=bug,
-                                                       bug_fields=bug_fields)
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
+            serializer.instance = do_submit_reproducer(files, data["reproducer_name"], bug=bug, bug_fields=bug_fields,
+                                                       acting_user=self.request.user)
         except DjangoValidationError as error:
             raise ValidationError({"files": error.messages}) from error

@@ -4,8 +4,7 @@ import pandas as pd
 from django.db.models import Count
 from django.http import Http404, HttpResponseBadRequest
 
-from evaluation.results import download
-from evaluation.tables import EXPORT_FORMATS
+from core.exports import EXPORT_FORMATS, download
 
 from .filters import BugFilter
 from .models import Bug

@@ -6,6 +6,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 
+from core.enums import Variant
+
 BUG_ID_PATTERN = r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$"
 
 
@@ -136,8 +138,13 @@ class Reproducer(models.Model):
     def is_reference_pipeline(self):
         return self.bug_id is None
 
+    @property
+    def variants(self):
+        """The variants it can run: buggy and fixed, or only fixed for a clean reference pipeline."""
+        return (Variant.FIXED,) if self.is_reference_pipeline else (Variant.BUGGY, Variant.FIXED)
+
     def latest_version(self):
-        return self.versions.order_by("-created_at", "-id").first()
+        return self.versions.newest_first().first()
 
 
 class ReviewState(models.TextChoices):
@@ -146,8 +153,28 @@ class ReviewState(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
+NEWEST_FIRST = ("-created_at", "-id")
+
+
+class ReproducerVersionQuerySet(models.QuerySet):
+    def approved(self):
+        return self.filter(review_state=ReviewState.APPROVED)
+
+    def newest_first(self):
+        return self.order_by(*NEWEST_FIRST)
+
+    def latest_ids(self):
+        """{reproducer id: id of its newest version among these}: "the latest version of a reproducer",
+        for any number of reproducers in one query, without loading their files."""
+        latest = {}
+        for pk, reproducer_id in self.order_by("reproducer_id", *NEWEST_FIRST).values_list("pk", "reproducer_id"):
+            latest.setdefault(reproducer_id, pk)
+        return latest
+
+
 class ReproducerVersion(models.Model):
     """Immutable: one exact content of a reproducer, named by the hash of its files and manifest."""
+    objects = ReproducerVersionQuerySet.as_manager()
 
     reproducer = models.ForeignKey(Reproducer, on_delete=models.PROTECT, related_name="versions")
     content_hash = models.CharField(max_length=64, db_index=True)
@@ -169,7 +196,7 @@ class ReproducerVersion(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-created_at", "-id"]
+        ordering = list(NEWEST_FIRST)
         indexes = [models.Index(fields=["review_state", "created_at"])]
         constraints = [
             models.UniqueConstraint(fields=["reproducer", "content_hash"], name="unique_version_per_content")
@@ -190,9 +217,9 @@ class ReproducerVersion(models.Model):
     def approved_baseline(self):
         """The latest approved version of the same reproducer created before this one: what a reviewer
         diffs against (not merely the previous version, which may itself be unreviewed or rejected)."""
-        return (ReproducerVersion.objects.filter(reproducer_id=self.reproducer_id, review_state=ReviewState.APPROVED)
+        return (ReproducerVersion.objects.approved().filter(reproducer_id=self.reproducer_id)
                 .filter(models.Q(created_at__lt=self.created_at) | models.Q(created_at=self.created_at, id__lt=self.id))
-                .order_by("-created_at", "-id").first())
+                .newest_first().first())
 
     def save(self, *args, **kwargs):
         if self.pk is not None:
@@ -204,43 +231,3 @@ class ReproducerVersion(models.Model):
             ):
                 raise ValidationError("Reproducer versions are immutable: load the new content as a new version.")
         super().save(*args, **kwargs)
-
-
-class StabilityVerdict(models.TextChoices):
-    VERIFIED = "verified", "Verified"
-    FLAKY = "flaky", "Flaky"
-    UNREPRODUCIBLE = "unreproducible", "Unreproducible"
-
-
-class StabilityCheck(models.Model):
-    """One verification of a reproducer version: over k seeds, buggy manifested a/k, fixed b/k.
-
-    Verified means a = k and b = 0 (DESIGN.md); no buggy manifestation is unreproducible; anything
-    else, including a run that crashed, is flaky.
-    """
-
-    reproducer_version = models.ForeignKey(ReproducerVersion, on_delete=models.PROTECT, related_name="stability_checks")
-    campaign = models.ForeignKey("runners.Campaign", null=True, blank=True, on_delete=models.SET_NULL)
-    environment = models.ForeignKey("runners.Environment", null=True, blank=True, on_delete=models.SET_NULL)
-    seeds = models.PositiveIntegerField()
-    buggy_manifested = models.PositiveIntegerField()
-    fixed_manifested = models.PositiveIntegerField()
-    failed_runs = models.PositiveIntegerField(default=0)
-    verdict = models.CharField(max_length=16, choices=StabilityVerdict.choices)
-    checked_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-checked_at", "-id"]
-        indexes = [models.Index(fields=["reproducer_version", "-checked_at", "-id"], name="stability_latest_first")]
-
-    def __str__(self):
-        return (f"{self.reproducer_version}: buggy {self.buggy_manifested}/{self.seeds}, "
-                f"fixed {self.fixed_manifested}/{self.seeds}")
-
-    @staticmethod
-    def verdict_for(seeds, buggy_manifested, fixed_manifested, failed_runs):
-        if buggy_manifested == seeds and fixed_manifested == 0 and failed_runs == 0:
-            return StabilityVerdict.VERIFIED
-        if buggy_manifested == 0:
-            return StabilityVerdict.UNREPRODUCIBLE
-        return StabilityVerdict.FLAKY

@@ -5,18 +5,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Max
 from django.shortcuts import get_object_or_404, redirect, render
 
-from runners.models import Campaign, CampaignPurpose, Run
-
+from .actions import do_review_version, do_submit_reproducer
 from .forms import BugSubmissionForm, ReproducerFilesForm, ReviewForm
 from .models import Bug, ReproducerVersion, ReviewState
-from .services import can_resubmit, do_review_version, do_submit_reproducer
+from .permissions import APPROVE_PERMISSION, can_resubmit
 from .submissions import SubmissionLimits, read_uploads, reproducer_problems
 from .views import highlighted, pygments_css
-
-APPROVE_PERMISSION = "bugs.approve_reproducerversion"
 
 
 def _submit(request, form, bug=None):
@@ -26,8 +22,8 @@ def _submit(request, form, bug=None):
         problems = reproducer_problems(files)[1]
     if form.is_valid() and not problems:
         try:
-            return do_submit_reproducer(request.user, files, form.cleaned_data["reproducer_name"], bug=bug,
-                                        bug_fields=None if bug else form.bug_fields())
+            return do_submit_reproducer(files, form.cleaned_data["reproducer_name"], bug=bug,
+                                        bug_fields=None if bug else form.bug_fields(), acting_user=request.user)
         except ValidationError as error:
             problems = error.messages
     for problem in problems:
@@ -72,17 +68,7 @@ def my_submissions(request):
     versions = (ReproducerVersion.objects.filter(submitted_by=request.user)
                 .select_related("reproducer__bug", "reviewed_by").defer("files").order_by("-created_at", "-id"))
     page = Paginator(versions, 25).get_page(request.GET.get("page"))
-    attach_verifications(page.object_list)
     return render(request, "bugs/my_submissions.html", {"page_obj": page, "versions": page.object_list})
-
-
-def attach_verifications(versions):
-    """Set ``version.verification`` to the latest verification campaign that ran each version (or None)."""
-    latest = dict(Run.objects.filter(reproducer_version__in=versions, campaign__purpose=CampaignPurpose.VERIFICATION)
-                  .values_list("reproducer_version_id").annotate(campaign=Max("campaign_id")))
-    campaigns = Campaign.objects.in_bulk(latest.values())
-    for version in versions:
-        version.verification = campaigns.get(latest.get(version.pk))
 
 
 @permission_required(APPROVE_PERMISSION, raise_exception=True)
@@ -119,7 +105,7 @@ def review_version(request, pk):
     if request.method == "POST" and form.is_valid():
         approve = form.cleaned_data["decision"] == "approve"
         try:
-            do_review_version(version, request.user, approve, form.cleaned_data["note"])
+            do_review_version(version, approve, form.cleaned_data["note"], acting_user=request.user)
         except ValidationError as error:
             form.add_error(None, " ".join(error.messages))
         else:

@@ -1,12 +1,8 @@
-"""The results plots, each a ``runners.charts.Chart``: a plotly figure (drawn in the browser from
+"""The results plots, each a ``core.charts.Chart``: a plotly figure (drawn in the browser from
 /vendor/plotly.min.js, passed with json_script) and the table of the numbers it shows."""
 import plotly.graph_objects as go
 
-from runners.charts import Chart, as_dict, label
-
-LAYOUT = {"template": "plotly_white", "margin": {"t": 30, "r": 10, "l": 10}}
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22"]
+from core.charts import LAYOUT, Chart, as_dict, label
 
 
 def detection_heatmap(detection):
@@ -106,43 +102,3 @@ def overhead_chart(overhead):
     figure.update_layout(**LAYOUT, height=360, barmode="group", legend={"orientation": "h"},
                          yaxis={"type": "log", "title": {"text": "instrumented / plain (median over pairs)"}})
     return Chart("overhead-chart", as_dict(figure), table_id="overhead")
-
-
-def environment_label(environment):
-    if environment is None:
-        return "environment not recorded"
-    return f"torch {environment.torch or '?'} · {environment.gpu or 'CPU'} · {environment.host}"
-
-
-def stability_chart(checks):
-    """A bug's stability checks over time: the fraction of seeds whose buggy (●) and fixed (✕) variants
-    manifested, one colour per environment (torch version, GPU or CPU, host)."""
-    checks = sorted(checks, key=lambda c: (c.checked_at, c.pk))
-    environments = list(dict.fromkeys(environment_label(c.environment) for c in checks))
-    figure = go.Figure()
-    for index, environment in enumerate(environments):
-        mine = [c for c in checks if environment_label(c.environment) == environment]
-        for variant, symbol in (("buggy", "circle"), ("fixed", "x")):
-            counts = [c.buggy_manifested if variant == "buggy" else c.fixed_manifested for c in mine]
-            figure.add_trace(go.Scatter(
-                x=[c.checked_at.isoformat() for c in mine], y=[n / c.seeds if c.seeds else None
-                                                                for n, c in zip(counts, mine)],
-                mode="lines+markers", name=label(f"{variant} · {environment}"),
-                legendgroup=str(index), line={"color": PALETTE[index % len(PALETTE)],
-                                              "dash": "solid" if variant == "buggy" else "dot"},
-                marker={"symbol": symbol, "size": 10},
-                text=[label(f"{c.reproducer_version.reproducer.name} @ {c.reproducer_version.short_hash}: "
-                            f"{variant} {n}/{c.seeds}, {c.get_verdict_display().lower()}"
-                            + (f", {c.failed_runs} failed" if c.failed_runs else "")) for n, c in zip(counts, mine)],
-                hovertemplate="%{x}<br>%{text}<extra></extra>",
-            ))
-    figure.update_layout(**LAYOUT, height=320 + 22 * len(environments), legend={"orientation": "h", "y": -0.15,
-                                                                               "yanchor": "top"},
-                         yaxis={"title": {"text": "seeds manifesting"}, "range": [-0.05, 1.05], "tickformat": ".0%"})
-    rows = [[f"{c.checked_at:%Y-%m-%d %H:%M} UTC", c.reproducer_version.reproducer.name,
-             c.reproducer_version.short_hash,
-             environment_label(c.environment), f"{c.buggy_manifested}/{c.seeds}", f"{c.fixed_manifested}/{c.seeds}",
-             c.failed_runs, c.get_verdict_display()] for c in checks]
-    return Chart("stability-chart", as_dict(figure),
-                 ["checked at", "reproducer", "version", "environment", "buggy manifested", "fixed manifested",
-                  "failed runs", "verdict"], rows)

@@ -8,10 +8,9 @@ offline check). The table gives the median ratio over pairs. Fit and check are t
 """
 import statistics
 
-from django.db import transaction
-
-from runners.models import Campaign, Run, RunStatus
-from runners.services import queue_for
+from runners.actions import do_cancel_campaign, do_create_campaign
+from runners.models import CampaignPurpose, RunStatus
+from runners.plans import CampaignPlan
 from runners.tasks import execute_run
 
 WARM_UP_STEPS = 5
@@ -32,49 +31,44 @@ def end_to_end_seconds(run):
     return run.wall_seconds + (run.analysis_seconds or 0)
 
 
-def do_create_overhead_campaign(workload, detectors, plain, pairs, steps=None):
-    """A campaign of (plain, instrumented) run pairs per detector, not enqueued: the caller runs them in order.
+def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None, *, acting_user=None):
+    """Run the overhead pairs in this process, one run at a time; return (campaign, records).
 
-    Each pair has its own plain run, so that every instrumented run is compared with a baseline
-    measured right beside it. Pair ``i`` uses seed ``i`` on both sides.
-    """
-    steps = steps or workload.default_steps
-    with transaction.atomic():
-        campaign = Campaign.objects.create(name=f"overhead on {workload.reproducer}", parameters={
-            "reproducers": [str(workload)], "detectors": [str(d) for d in detectors], "baseline": str(plain),
-            "variants": ["fixed"], "pairs": pairs, "steps": steps})
-        pairs_by_detector = {}
-        for detector in detectors:
-            pairs_by_detector[detector.name] = [
-                tuple(Run.objects.create(campaign=campaign, reproducer_version=workload, detector=side,
-                                         variant="fixed", seed=pair, steps=steps, queue=queue_for(workload))
-                      for side in (plain, detector))
-                for pair in range(pairs)]
-    return campaign, pairs_by_detector
-
-
-def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None):
-    """Run the overhead pairs in this process, one run at a time; return (campaign, records)."""
-    campaign, pairs_by_detector = do_create_overhead_campaign(workload, detectors, plain, pairs, steps)
+    The runs belong to a campaign of purpose ``overhead``, created through do_create_campaign but not
+    enqueued: the reconciler leaves such runs to the process that times them, and whatever this process
+    could not run (it was interrupted) is cancelled."""
+    plan = CampaignPlan.pairs(workload, plain, detectors, pairs, steps)
+    campaign = do_create_campaign(f"overhead on {workload.reproducer}", plan, CampaignPurpose.OVERHEAD, enqueue=False,
+                                  acting_user=acting_user)
+    runs = list(campaign.runs.order_by("id"))  # created in the plan's order: (baseline, detector) per pair
+    pairs_by_detector = {detector.name: [tuple(runs[start:start + 2]) for start in range(offset, offset + 2 * pairs, 2)]
+                         for detector, offset in zip(detectors, range(0, len(runs), 2 * pairs))}
     records = []
-    for detector in detectors:
-        samples = []
-        for pair, (base, instrumented) in enumerate(pairs_by_detector[detector.name]):
-            for run in ((base, instrumented) if pair % 2 == 0 else (instrumented, base)):
-                execute_run(run.pk)
-            base.refresh_from_db()
-            instrumented.refresh_from_db()
-            if base.status != RunStatus.SUCCEEDED or instrumented.status != RunStatus.SUCCEEDED:
-                if write:
-                    write(f"  {detector.name} pair {pair + 1}: a run failed, pair left out "
-                          f"({base.failure_reason or instrumented.failure_reason})")
-                continue
-            samples.append(pair_sample(base, instrumented))
-            if write:
-                write(f"  {detector.name} pair {pair + 1}/{pairs}: step x{samples[-1]['step_ratio']:.2f}, "
-                      f"end to end x{samples[-1]['end_to_end_ratio']:.2f}")
-        records.append(overhead_record(detector.name, samples, pairs))
+    try:
+        for detector in detectors:
+            records.append(_measure_pairs(detector, pairs_by_detector[detector.name], pairs, write))
+    finally:
+        do_cancel_campaign(campaign, acting_user=acting_user)  # nothing left when it finished normally
     return campaign, records
+
+
+def _measure_pairs(detector, detector_pairs, pairs, write):
+    samples = []
+    for pair, (base, instrumented) in enumerate(detector_pairs):
+        for run in ((base, instrumented) if pair % 2 == 0 else (instrumented, base)):
+            execute_run(run.pk)
+        base.refresh_from_db()
+        instrumented.refresh_from_db()
+        if base.status != RunStatus.SUCCEEDED or instrumented.status != RunStatus.SUCCEEDED:
+            if write:
+                write(f"  {detector.name} pair {pair + 1}: a run failed, pair left out "
+                      f"({base.failure_reason or instrumented.failure_reason})")
+            continue
+        samples.append(pair_sample(base, instrumented))
+        if write:
+            write(f"  {detector.name} pair {pair + 1}/{pairs}: step x{samples[-1]['step_ratio']:.2f}, "
+                  f"end to end x{samples[-1]['end_to_end_ratio']:.2f}")
+    return overhead_record(detector.name, samples, pairs)
 
 
 def pair_sample(base, instrumented):

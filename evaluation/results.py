@@ -6,7 +6,6 @@ from functools import cached_property
 
 import pandas as pd
 from django.core.cache import cache
-from django.http import HttpResponse
 
 from runners.models import Campaign, Run
 
@@ -15,11 +14,9 @@ from .models import Evaluation
 from .overhead import OVERHEAD_COLUMNS
 from .tables import (
     DETECTION_COLUMNS,
-    EXPORT_FORMATS,
     FALSE_POSITIVE_COLUMNS,
     LATENCY_COLUMNS,
     detection_table,
-    export,
     false_positive_table,
     judged_runs,
     latency_table,
@@ -152,14 +149,3 @@ class Results:
     def fits(self):
         fits = self.evaluation.tables.get("fits", []) if self.evaluation else []
         return [f for f in fits if not self.criteria.detectors or f.get("detector") in self.criteria.detectors]
-
-
-def export_text(name, frame, fmt):
-    """The download of a table: the same text on the web and from ``manage.py export``."""
-    return export(frame, fmt, caption=f"SilentBench {name.replace('-', ' ')}")
-
-
-def download(name, frame, fmt):
-    response = HttpResponse(export_text(name, frame, fmt), content_type=f"{EXPORT_FORMATS[fmt]}; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="silentbench-{name}.{fmt}"'
-    return response

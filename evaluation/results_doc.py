@@ -2,8 +2,10 @@
 import pandas as pd
 from django.utils import timezone
 
+from core.exports import export
+
 from .overhead import OVERHEAD_COLUMNS
-from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS, export
+from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS
 
 FIT_COLUMNS = ["detector", "references", "invariants", "collect_seconds", "infer_seconds", "fit_seconds", "cached"]
 

@@ -1,13 +1,14 @@
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import render
 
+from core.exports import EXPORT_FORMATS, download
 from runners.models import Campaign
 
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
 from .compare import compare_query, comparison_frame
 from .models import Evaluation
-from .results import TABLES, NotFound, Results, download
-from .tables import EXPORT_FORMATS, matrix
+from .results import TABLES, NotFound, Results
+from .tables import matrix
 
 
 def selected_results(request):

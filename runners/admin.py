@@ -1,8 +1,8 @@
-from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib import admin
 
+from .actions import do_cancel_campaign, do_retry_failed_runs
 from .models import Alarm, Campaign, Detector, Environment, Run, Worker
-from .services import do_cancel_campaign, do_retry_failed_runs
+from .permissions import can_trigger
 
 
 @admin.register(Detector)
@@ -14,7 +14,7 @@ class DetectorAdmin(admin.ModelAdmin):
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
     """Campaigns are created by the builder or the API; here they are renamed, cancelled or retried,
-    through the same services and permission (``runners.trigger_campaign``) as the site."""
+    through the same actions and permission (``runners.trigger_campaign``) as the site."""
 
     list_display = ["name", "purpose", "created_by", "created_at", "completed_at", "cancelled_at"]
     list_filter = ["purpose"]
@@ -26,21 +26,19 @@ class CampaignAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    def _each(self, request, queryset, action, done):
-        try:
-            count = sum(len(action(request.user, campaign)) for campaign in queryset)
-        except PermissionDenied as error:
-            self.message_user(request, str(error), messages.ERROR)
-        else:
-            self.message_user(request, done.format(count=count))
+    def has_trigger_permission(self, request):
+        return can_trigger(request.user)
 
-    @admin.action(description="Cancel the queued runs of the selected campaigns")
+    @admin.action(description="Cancel the queued runs of the selected campaigns", permissions=["trigger"])
     def cancel(self, request, queryset):
-        self._each(request, queryset, do_cancel_campaign, "Cancelled {count} queued run(s).")
+        count = sum(len(do_cancel_campaign(campaign, acting_user=request.user)) for campaign in queryset)
+        self.message_user(request, f"Cancelled {count} queued run(s).")
 
-    @admin.action(description="Queue the failed and cancelled runs of the selected campaigns again")
+    @admin.action(description="Queue the failed and cancelled runs of the selected campaigns again",
+                  permissions=["trigger"])
     def retry_failed_runs(self, request, queryset):
-        self._each(request, queryset, do_retry_failed_runs, "Queued {count} run(s) again.")
+        count = sum(len(do_retry_failed_runs(campaign, acting_user=request.user)) for campaign in queryset)
+        self.message_user(request, f"Queued {count} run(s) again.")
 
 
 class AlarmInline(admin.TabularInline):
@@ -52,7 +50,7 @@ class AlarmInline(admin.TabularInline):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    """Read-only: runs change state only through runners.services."""
+    """Read-only: runs change state only through runners.actions."""
 
     list_display = ["id", "reproducer_version", "detector", "variant", "seed", "status", "manifested"]
     list_filter = ["status", "variant", "detector__name"]

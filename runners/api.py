@@ -1,31 +1,23 @@
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .models import Alarm, Campaign, Detector, Run, Variant, status_counts
-from .services import (
-    detector_record,
-    do_cancel_campaign,
-    do_create_campaign,
-    do_retry_failed_runs,
-    estimate_campaign,
-    runnable_versions,
-)
+from .permissions import can_trigger
+from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
 
 class CanTriggerCampaigns(permissions.BasePermission):
     message = "Only maintainers can trigger runs."
 
     def has_permission(self, request, view):
-        if request.method in permissions.SAFE_METHODS:
-            return True
-        return bool(request.user and request.user.has_perm("runners.trigger_campaign"))
+        return request.method in permissions.SAFE_METHODS or can_trigger(request.user)
 
 
 class DetectorSerializer(serializers.ModelSerializer):
@@ -89,19 +81,25 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 class CampaignSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
     state = serializers.ChoiceField(choices=["running", "finished", "cancelled"], read_only=True)
-    bugs = serializers.ListField(child=serializers.CharField(), write_only=True,
-                                 help_text="Bug IDs; each bug's CPU reproducers run at their latest approved version.")
-    detectors = serializers.ListField(child=serializers.CharField(), write_only=True, help_text="Detector names.")
+    bugs = serializers.ListField(child=serializers.CharField(max_length=64), write_only=True, default=list,
+                                 max_length=1000, help_text="Bug IDs; each bug's CPU reproducers (and CUDA ones with "
+                                                            "include_cuda) run at their latest approved version.")
+    pipelines = serializers.ListField(child=serializers.CharField(max_length=50), write_only=True, default=list,
+                                      max_length=100, help_text="Clean reference pipelines (their fixed variant).")
+    include_cuda = serializers.BooleanField(default=False, write_only=True,
+                                            help_text="Also the bugs' CUDA reproducers (they need a GPU worker).")
+    detectors = serializers.ListField(child=serializers.CharField(max_length=64), write_only=True, min_length=1,
+                                      max_length=100, help_text="Detector names.")
     variants = serializers.ListField(child=serializers.ChoiceField(choices=Variant.choices), write_only=True,
-                                     default=["buggy", "fixed"])
+                                     default=Variant.values)
     seeds = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=10**6), write_only=True,
-                                  default=[0], max_length=100)
-    steps = serializers.IntegerField(min_value=1, max_value=100000, required=False, write_only=True)
+                                  default=[0], max_length=MAX_SEEDS)
+    steps = serializers.IntegerField(min_value=1, max_value=MAX_STEPS, required=False, write_only=True)
 
     class Meta:
         model = Campaign
         fields = ["id", "name", "purpose", "state", "created_at", "completed_at", "cancelled_at", "parameters",
-                  "progress", "bugs", "detectors", "variants", "seeds", "steps"]
+                  "progress", "bugs", "pipelines", "include_cuda", "detectors", "variants", "seeds", "steps"]
         read_only_fields = ["purpose", "created_at", "completed_at", "cancelled_at", "parameters"]
 
     def get_progress(self, campaign) -> dict:
@@ -112,6 +110,7 @@ class CampaignEstimateSerializer(serializers.Serializer):
     runs = serializers.IntegerField()
     seconds = serializers.IntegerField(help_text="Estimated seconds on one worker slot.")
     guessed_runs = serializers.IntegerField(help_text="Runs with no earlier run to estimate from.")
+    plan = serializers.CharField(help_text="Digest of exactly these runs (the same as the campaign builder's).")
 
 
 class CampaignRunIdsSerializer(serializers.Serializer):
@@ -136,29 +135,20 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        versions, detectors = self.resolve(data)
         try:
-            serializer.instance = do_create_campaign(
-                self.request.user, data["name"], versions, detectors, data["variants"], data["seeds"],
-                data.get("steps"))
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
+            serializer.instance = do_create_campaign(data["name"], self.plan(data), acting_user=self.request.user)
         except DjangoValidationError as error:
             raise ValidationError(error.messages) from error
 
     @staticmethod
-    def resolve(data):
-        versions = []
-        for bug_id in data["bugs"]:
-            found = runnable_versions([bug_id])
-            if not found:
-                raise ValidationError({"bugs": f"{bug_id}: no approved CPU reproducer"})
-            versions.extend(found)
+    def plan(data):
+        """The same CampaignPlan as the campaign builder's; its problems come back by field, all at once."""
         try:
-            detectors = [detector_record(name) for name in data["detectors"]]
-        except KeyError as error:
-            raise ValidationError({"detectors": error.args[0]}) from error
-        return versions, detectors
+            return CampaignPlan.resolve(bugs=data["bugs"], pipelines=data["pipelines"], detectors=data["detectors"],
+                                        variants=data["variants"], seeds=data["seeds"], steps=data.get("steps"),
+                                        cuda=data["include_cuda"])
+        except DjangoValidationError as error:
+            raise ValidationError(error.message_dict) from error
 
     @extend_schema(responses=CampaignEstimateSerializer)
     @action(detail=False, methods=["post"])
@@ -166,18 +156,17 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """The number of runs a campaign would make and its estimated time; creates nothing."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        versions, detectors = self.resolve(data)
-        return Response(estimate_campaign(versions, detectors, data["variants"], data["seeds"]))
+        plan = self.plan(serializer.validated_data)
+        return Response({**plan.estimate(), "plan": plan.digest()})
 
     @extend_schema(request=None, responses=CampaignRunIdsSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel the runs not started yet; runs already executing finish."""
-        return Response({"runs": do_cancel_campaign(request.user, self.get_object())})
+        return Response({"runs": do_cancel_campaign(self.get_object(), acting_user=request.user)})
 
     @extend_schema(request=None, responses=CampaignRunIdsSerializer)
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
         """Queue the failed and cancelled runs again."""
-        return Response({"runs": do_retry_failed_runs(request.user, self.get_object())})
+        return Response({"runs": do_retry_failed_runs(self.get_object(), acting_user=request.user)})

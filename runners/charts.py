@@ -1,49 +1,7 @@
-"""Plotly figures, returned as JSON-ready dicts (rendered with json_script, so text stays text)."""
-import json
-from dataclasses import dataclass, field
-
+"""The run page's loss chart and a bug's stability history."""
 import plotly.graph_objects as go
-from django.utils.html import escape
 
-VARIANT_COLOURS = {"buggy": "#c0392b", "fixed": "#2471a3"}
-
-
-def label(value):
-    """Text for a plotly label or hover: plotly reads a few HTML tags in text (<b>, <a href>...), so
-    user text is entity-escaped and shows literally."""
-    return escape("" if value is None else str(value))
-
-
-def as_dict(figure):
-    return json.loads(figure.to_json())
-
-
-@dataclass
-class Chart:
-    """A figure and its numbers as a table (the same values, one click away under the plot).
-
-    ``table_id`` names a table already on the page that holds the numbers, instead of ``rows``.
-    """
-
-    id: str
-    figure: dict
-    columns: list = field(default_factory=list)
-    rows: list = field(default_factory=list)
-    rows_total: int = 0  # when more than len(rows): the table lists only the first rows
-    table_id: str = ""
-
-    @property
-    def figure_id(self):
-        return f"{self.id}-figure"
-
-    @property
-    def rows_cut(self):
-        return self.rows_total > len(self.rows)
-
-    @property
-    def empty(self):
-        return not self.figure.get("data")
-
+from core.charts import LAYOUT, PALETTE, VARIANT_COLOURS, Chart, as_dict, label
 
 # A loss that explodes on the buggy variant flattens the fixed curve: let the reader switch to a log axis.
 LOG_AXIS_MENU = {
@@ -81,3 +39,43 @@ def loss_figure(runs_with_alarms):
     figure.update_layout(xaxis_title="step", yaxis_title="loss", height=380, margin={"t": 30, "r": 10},
                          template="plotly_white", legend={"orientation": "h"}, updatemenus=[LOG_AXIS_MENU])
     return as_dict(figure)
+
+
+def environment_label(environment):
+    if environment is None:
+        return "environment not recorded"
+    return f"torch {environment.torch or '?'} · {environment.gpu or 'CPU'} · {environment.host}"
+
+
+def stability_chart(checks):
+    """A bug's stability checks over time: the fraction of seeds whose buggy (●) and fixed (✕) variants
+    manifested, one colour per environment (torch version, GPU or CPU, host)."""
+    checks = sorted(checks, key=lambda c: (c.checked_at, c.pk))
+    environments = list(dict.fromkeys(environment_label(c.environment) for c in checks))
+    figure = go.Figure()
+    for index, environment in enumerate(environments):
+        mine = [c for c in checks if environment_label(c.environment) == environment]
+        for variant, symbol in (("buggy", "circle"), ("fixed", "x")):
+            counts = [c.buggy_manifested if variant == "buggy" else c.fixed_manifested for c in mine]
+            figure.add_trace(go.Scatter(
+                x=[c.checked_at.isoformat() for c in mine], y=[n / c.seeds if c.seeds else None
+                                                                for n, c in zip(counts, mine)],
+                mode="lines+markers", name=label(f"{variant} · {environment}"),
+                legendgroup=str(index), line={"color": PALETTE[index % len(PALETTE)],
+                                              "dash": "solid" if variant == "buggy" else "dot"},
+                marker={"symbol": symbol, "size": 10},
+                text=[label(f"{c.reproducer_version.reproducer.name} @ {c.reproducer_version.short_hash}: "
+                            f"{variant} {n}/{c.seeds}, {c.get_verdict_display().lower()}"
+                            + (f", {c.failed_runs} failed" if c.failed_runs else "")) for n, c in zip(counts, mine)],
+                hovertemplate="%{x}<br>%{text}<extra></extra>",
+            ))
+    figure.update_layout(**LAYOUT, height=320 + 22 * len(environments), legend={"orientation": "h", "y": -0.15,
+                                                                               "yanchor": "top"},
+                         yaxis={"title": {"text": "seeds manifesting"}, "range": [-0.05, 1.05], "tickformat": ".0%"})
+    rows = [[f"{c.checked_at:%Y-%m-%d %H:%M} UTC", c.reproducer_version.reproducer.name,
+             c.reproducer_version.short_hash,
+             environment_label(c.environment), f"{c.buggy_manifested}/{c.seeds}", f"{c.fixed_manifested}/{c.seeds}",
+             c.failed_runs, c.get_verdict_display()] for c in checks]
+    return Chart("stability-chart", as_dict(figure),
+                 ["checked at", "reproducer", "version", "environment", "buggy manifested", "fixed manifested",
+                  "failed runs", "verdict"], rows)

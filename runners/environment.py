@@ -130,3 +130,14 @@ def host_facts():
     stable = {**facts, "nvidia_smi": _stable_smi(smi)}
     facts["fingerprint"] = hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
     return facts
+
+
+CAPABILITY_FACTS = ("cpu", "cpu_count", "gpu", "cuda", "python", "packages")
+
+
+def host_capabilities():
+    """What this host offers runs: its GPUs (nvidia-smi), memory, CUDA and torch, besides the host facts."""
+    facts = host_facts()
+    torch = facts["packages"].get("torch", "")
+    return {**{key: facts[key] for key in CAPABILITY_FACTS}, "gpus": gpu_inventory(), "memory_mb": host_memory_mb(),
+            "torch": torch, "torch_cuda": torch_cuda(torch)}

@@ -9,12 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 
+from .actions import do_store_fit_artifact
 from .detectors import get_plugin
 from .execution import materialize, run_limits, scrubbed_environment
 from .models import FitArtifact
-from .services import runnable_versions
+from .selectors import runnable_versions
 
 
 class FitError(RuntimeError):
@@ -96,12 +96,5 @@ def ensure_fit(detector, version):
         shutil.rmtree(workdir, ignore_errors=True)
 
     summary["references"] = [str(v.reproducer) for v in references]
-    try:
-        with transaction.atomic():
-            artifact = FitArtifact.objects.create(detector=detector, key=key, tool_version=tool_version,
-                                                  content=content, summary=summary,
-                                                  fit_seconds=round(time.monotonic() - started, 3))
-            artifact.reference_versions.set(references)
-    except IntegrityError:  # another worker fitted the same thing meanwhile: use theirs
-        artifact = FitArtifact.objects.get(key=key)
-    return artifact
+    return do_store_fit_artifact(detector, key, tool_version, content, summary, round(time.monotonic() - started, 3),
+                                 references)

@@ -1,13 +1,13 @@
 import re
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from bugs.models import Bug, BugStatus, Reproducer, ReviewState
+from core.enums import Variant
 
 from .detectors import all_plugins
-from .services import detector_record, runnable_versions
-
-MAX_SEEDS = 100
+from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
 
 def parse_seeds(text):
@@ -35,10 +35,10 @@ class CampaignForm(forms.Form):
                                           help_text="Clean pipelines: fixed variant only, for false positives.")
     include_cuda = forms.BooleanField(required=False, label="Include CUDA reproducers (they need a GPU worker)")
     detectors = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
-    variants = forms.MultipleChoiceField(choices=[("buggy", "buggy"), ("fixed", "fixed")],
-                                         initial=["buggy", "fixed"], widget=forms.CheckboxSelectMultiple)
+    variants = forms.MultipleChoiceField(choices=Variant.choices, initial=Variant.values,
+                                         widget=forms.CheckboxSelectMultiple)
     seeds = forms.CharField(initial="0", help_text="Seeds or ranges, e.g. 0-2 or 0, 5, 9.")
-    steps = forms.IntegerField(required=False, min_value=1, max_value=100_000,
+    steps = forms.IntegerField(required=False, min_value=1, max_value=MAX_STEPS,
                                help_text="Leave empty for each reproducer's default.")
 
     def __init__(self, *args, **kwargs):
@@ -56,20 +56,17 @@ class CampaignForm(forms.Form):
         return parse_seeds(self.cleaned_data["seeds"])
 
     def clean(self):
+        """Resolve the choices into a CampaignPlan (``self.plan``); its problems show on their fields."""
         data = super().clean()
+        if self.errors:
+            return data
         if not data.get("bugs") and not data.get("pipelines"):
             raise forms.ValidationError("Pick at least one bug or pipeline.")
+        try:
+            self.plan = CampaignPlan.resolve(bugs=data["bugs"], pipelines=data["pipelines"],
+                                             detectors=data["detectors"], variants=data["variants"],
+                                             seeds=data["seeds"], steps=data["steps"], cuda=data["include_cuda"])
+        except ValidationError as error:
+            for field, messages in error.message_dict.items():
+                self.add_error(field if field in self.fields else None, messages)
         return data
-
-    def plan(self):
-        """(versions, detectors, variants, seeds, steps) of a valid form."""
-        data = self.cleaned_data
-        versions = []
-        if data["bugs"]:
-            versions += runnable_versions(data["bugs"])
-            if data["include_cuda"]:
-                versions += runnable_versions(data["bugs"], cuda=True)
-        if data["pipelines"]:
-            versions += [v for v in runnable_versions(pipelines=True) if v.reproducer.name in data["pipelines"]]
-        detectors = [detector_record(name) for name in data["detectors"]]
-        return versions, detectors, data["variants"], data["seeds"], data["steps"]

@@ -4,6 +4,7 @@ from django.db import models
 from django.urls import reverse
 
 from bugs.models import ReproducerVersion
+from core.enums import Variant
 
 
 class Detector(models.Model):
@@ -70,12 +71,14 @@ class CampaignPurpose(models.TextChoices):
     MANUAL = "manual", "Campaign"
     VERIFICATION = "verification", "Verification"
     EVALUATION = "evaluation", "Evaluation"
+    # Timed one run at a time by the process that created it (manage.py evaluate), never enqueued.
+    OVERHEAD = "overhead", "Overhead measurement"
 
 
 class Campaign(models.Model):
     """A batch of runs a user triggered. Progress is derived from its runs.
 
-    ``completed_at`` is set once, when its last run finishes (runners.services.do_complete_campaign);
+    ``completed_at`` is set once, when its last run finishes (runners.actions.do_complete_campaign);
     a verification campaign then records the stability of what it ran.
     """
 
@@ -127,11 +130,6 @@ def status_counts(campaigns):
                                    .values_list("campaign", "status").annotate(n=models.Count("id"))):
         counts[campaign_id][status] = n
     return counts
-
-
-class Variant(models.TextChoices):
-    BUGGY = "buggy", "buggy"
-    FIXED = "fixed", "fixed"
 
 
 class RunStatus(models.TextChoices):
@@ -252,3 +250,43 @@ class Alarm(models.Model):
 
     def __str__(self):
         return f"{self.rule} at step {self.step} (rank {self.rank})"
+
+
+class StabilityVerdict(models.TextChoices):
+    VERIFIED = "verified", "Verified"
+    FLAKY = "flaky", "Flaky"
+    UNREPRODUCIBLE = "unreproducible", "Unreproducible"
+
+
+class StabilityCheck(models.Model):
+    """One verification of a reproducer version: over k seeds, buggy manifested a/k, fixed b/k.
+
+    Verified means a = k and b = 0 (DESIGN.md); no buggy manifestation is unreproducible; anything
+    else, including a run that crashed, is flaky.
+    """
+
+    reproducer_version = models.ForeignKey(ReproducerVersion, on_delete=models.PROTECT, related_name="stability_checks")
+    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.SET_NULL)
+    environment = models.ForeignKey(Environment, null=True, blank=True, on_delete=models.SET_NULL)
+    seeds = models.PositiveIntegerField()
+    buggy_manifested = models.PositiveIntegerField()
+    fixed_manifested = models.PositiveIntegerField()
+    failed_runs = models.PositiveIntegerField(default=0)
+    verdict = models.CharField(max_length=16, choices=StabilityVerdict.choices)
+    checked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+        indexes = [models.Index(fields=["reproducer_version", "-checked_at", "-id"], name="stability_latest_first")]
+
+    def __str__(self):
+        return (f"{self.reproducer_version}: buggy {self.buggy_manifested}/{self.seeds}, "
+                f"fixed {self.fixed_manifested}/{self.seeds}")
+
+    @staticmethod
+    def verdict_for(seeds, buggy_manifested, fixed_manifested, failed_runs):
+        if buggy_manifested == seeds and fixed_manifested == 0 and failed_runs == 0:
+            return StabilityVerdict.VERIFIED
+        if buggy_manifested == 0:
+            return StabilityVerdict.UNREPRODUCIBLE
+        return StabilityVerdict.FLAKY

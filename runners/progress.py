@@ -14,13 +14,6 @@ def bar(progress, width=30):
     return f"[{'#' * filled}{'.' * (width - filled)}] {progress['done']}/{progress['total']} runs ({counts})"
 
 
-def line_writer(stream):
-    """Write progress lines: rewritten in place on a terminal, one per line otherwise (logs, CI)."""
-    if not stream.isatty():
-        return lambda line: (stream.write(line + "\n"), stream.flush())
-    return lambda line: (stream.write("\r\033[K" + line), stream.flush())
-
-
 class CampaignStalled(CommandError):
     """A CommandError, so that the management commands that wait report it cleanly."""
 

@@ -20,8 +20,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from .actions import do_complete_campaign, do_flag_unservable_runs, do_requeue_stale_runs, enqueue_runs
 from .models import Campaign, Run, RunStatus
-from .services import do_complete_campaign, do_flag_unservable_runs, do_requeue_stale_runs, enqueue_runs
+from .selectors import dispatched_runs
+from .tasks import execute_run
 
 logger = logging.getLogger(__name__)
 TASK_NAME = "runners.tasks.execute_run"
@@ -49,13 +51,13 @@ def do_requeue_runs_of_silent_workers(now=None):
     ignored (do_finish_run checks the attempt)."""
     now = now or timezone.now()
     silent_since = now - timedelta(seconds=settings.SILENTBENCH_WORKER_STALE_SECONDS)
-    return _requeue_running(Run.objects.filter(worker__last_seen__lt=silent_since))
+    return _requeue_running(dispatched_runs().filter(worker__last_seen__lt=silent_since))
 
 
 def do_requeue_runs_of_restarted_worker(name):
     """As worker ``name`` starts: the runs still ``running`` under its name were cut short by its
     previous life (killed, or its host rebooted); queue them again as new attempts."""
-    run_ids = _requeue_running(Run.objects.filter(worker__hostname=name))
+    run_ids = _requeue_running(dispatched_runs().filter(worker__hostname=name))
     if run_ids:
         logger.warning("requeued %d run(s) that %s was running before it restarted: %s", len(run_ids), name, run_ids)
     return run_ids
@@ -76,7 +78,7 @@ def do_reenqueue_lost_runs(now=None):
     """Enqueue again the runs queued for longer than SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS whose
     message is not in the broker. Where the broker cannot be read, all of them (duplicates are harmless)."""
     now = now or timezone.now()
-    waiting = dict(Run.objects.filter(
+    waiting = dict(dispatched_runs().filter(
         status=RunStatus.QUEUED,
         queued_at__lt=now - timedelta(seconds=settings.SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS),
     ).values_list("id", "queue"))
@@ -93,7 +95,7 @@ def do_complete_finished_campaigns():
     result and the campaign's completion, or the database was away then)."""
     open_campaigns = Campaign.objects.filter(completed_at__isnull=True).exclude(
         runs__status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
-    return [campaign.pk for campaign in open_campaigns if do_complete_campaign(campaign)]
+    return [campaign.pk for campaign in open_campaigns if do_complete_campaign(campaign, acting_user=None)]
 
 
 # --- What the broker holds ---
@@ -105,7 +107,7 @@ def missing_from_broker(waiting):
     Redis: when it holds at least as many messages as there are waiting runs, nothing is taken as
     missing (a loss shows once the queue drains); otherwise its messages are read. Filesystem broker
     (the embedded default): its message files are read."""
-    from benchmark_site.celery import app
+    app = execute_run.app  # the project's Celery app, without importing the project package
 
     url, queues = app.conf.broker_url or "", set(waiting.values())
     if url.startswith("redis"):

@@ -7,24 +7,25 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.utils import timezone
 
-from .detectors import get_plugin
-from .execution import execute
-from .fitting import FitError, ensure_fit
-from .models import Run, Worker
-from .routing import DevicesBusy, NotEnoughDevices, devices_for_run, queues_for_worker
-from .sandbox import Limits, describe_confinement
-from .services import (
+from .actions import (
     current_worker,
+    do_attach_fit,
     do_claim_run,
     do_complete_campaign,
     do_fail_run_without_executing,
     do_finish_run,
+    do_record_heartbeat,
     do_register_worker,
-    host_capabilities,
     retry_while_database_away,
 )
+from .detectors import get_plugin
+from .environment import host_capabilities
+from .execution import execute
+from .fitting import FitError, ensure_fit
+from .models import Run
+from .routing import DevicesBusy, NotEnoughDevices, devices_for_run, queues_for_worker
+from .sandbox import Limits, describe_confinement
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,7 @@ def _execute_claimed(run, devices):
         return
     try:
         if get_plugin(run.detector.name).needs_fit:
-            run.fit_artifact = ensure_fit(run.detector, run.reproducer_version)
-            Run.objects.filter(pk=run.pk).update(fit_artifact=run.fit_artifact)
+            do_attach_fit(run, ensure_fit(run.detector, run.reproducer_version))
     except FitError as error:
         do_fail_run_without_executing(run, f"The detector's fit phase failed: {error}")
         return
@@ -123,7 +123,7 @@ def _heartbeat(name, interval):
     while True:
         time.sleep(interval)
         try:
-            Worker.objects.filter(hostname=name).update(last_seen=timezone.now())
+            do_record_heartbeat(name)
         except Exception as error:  # never let the heartbeat die: a silent worker loses its runs
             logger.warning("heartbeat of %s not recorded: %s", name, error)
             if isinstance(error, DatabaseError):

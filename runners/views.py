@@ -1,5 +1,3 @@
-import hashlib
-import json
 import math
 from functools import cache
 
@@ -12,13 +10,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_POST
 
+from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
 from .detectors import all_plugins
 from .forms import CampaignForm
 from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, runs_for_listing, status_counts
-from .services import do_cancel_campaign, do_create_campaign, do_retry_failed_runs, estimate_campaign, live_workers
-
-TRIGGER_PERMISSION = "runners.trigger_campaign"
+from .permissions import TRIGGER_PERMISSION
+from .selectors import live_workers
 
 
 def run_detail(request, pk):
@@ -86,19 +84,15 @@ def campaign_new(request):
     form = CampaignForm(request.POST or None)
     preview = None
     if request.method == "POST" and form.is_valid():
-        versions, detectors, variants, seeds, steps = form.plan()
-        digest = plan_digest(versions, detectors, variants, seeds, steps)
-        if "confirm" in request.POST and versions and request.POST.get("plan") == digest:
-            campaign = do_create_campaign(request.user, form.cleaned_data["name"], versions, detectors, variants,
-                                          seeds, steps)
-            messages.success(request, f"Campaign queued: {campaign.runs.count()} runs.")
+        plan = form.plan
+        digest = plan.digest()
+        if "confirm" in request.POST and request.POST.get("plan") == digest:
+            campaign = do_create_campaign(form.cleaned_data["name"], plan, acting_user=request.user)
+            messages.success(request, f"Campaign queued: {len(plan.runs)} runs.")
             return redirect(campaign)
-        covered = {version.reproducer.bug.bug_id for version in versions if version.reproducer.bug_id}
         if "confirm" in request.POST:
             messages.warning(request, "The choices changed since the preview: check the new count, then confirm.")
-        preview = {**estimate_campaign(versions, detectors, variants, seeds, steps), "versions": versions,
-                   "plan": digest,
-                   "uncovered": sorted(set(form.cleaned_data["bugs"]) - covered),
+        preview = {**plan.estimate(), "versions": plan.versions, "plan": digest,
                    "workers": live_workers().count(), "window": settings.SILENTBENCH_WORKER_SEEN_MINUTES}
         preview["minutes"] = math.ceil(preview["seconds"] / 60)
         preview["minutes_spread"] = math.ceil(preview["seconds"] / 60 / max(1, preview["workers"]))
@@ -107,18 +101,11 @@ def campaign_new(request):
         "detector_descriptions": [(name, plugin.description) for name, plugin in all_plugins().items()]})
 
 
-def plan_digest(versions, detectors, variants, seeds, steps):
-    """Names exactly what a preview showed; confirming needs the same, so a campaign that was never
-    previewed (choices changed, then Enter pressed) is not queued."""
-    plan = [sorted(v.pk for v in versions), sorted(d.pk for d in detectors), sorted(variants), sorted(seeds), steps]
-    return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
-
-
 @require_POST
 @permission_required(TRIGGER_PERMISSION, raise_exception=True)
 def campaign_cancel(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
-    cancelled = do_cancel_campaign(request.user, campaign)
+    cancelled = do_cancel_campaign(campaign, acting_user=request.user)
     messages.info(request, f"Cancelled {len(cancelled)} queued run(s); runs already executing finish.")
     return redirect(campaign)
 
@@ -127,7 +114,7 @@ def campaign_cancel(request, pk):
 @permission_required(TRIGGER_PERMISSION, raise_exception=True)
 def campaign_retry(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
-    queued = do_retry_failed_runs(request.user, campaign)
+    queued = do_retry_failed_runs(campaign, acting_user=request.user)
     messages.info(request, f"Queued {len(queued)} failed or cancelled run(s) again.")
     return redirect(campaign)
 

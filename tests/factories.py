@@ -3,9 +3,9 @@ from django.contrib.auth.models import Group, User
 
 from bugs.catalog import content_hash
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
-from runners.apps import MAINTAINERS_GROUP
+from core.roles import MAINTAINERS_GROUP
 from runners.models import Run
-from runners.services import detector_record
+from runners.registry import detector_record
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -3,8 +3,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
-from accounts.services import do_create_api_token
 from runners.models import Campaign, Run
 
 from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, UserFactory
@@ -24,7 +24,7 @@ def bug():
 def client_for(user=None):
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token(user, 'test')[1]}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token('test', acting_user=user)[1]}")
     return client
 
 

@@ -3,9 +3,11 @@ import re
 
 import pytest
 
+from runners.actions import do_cancel_campaign, do_create_campaign
 from runners.forms import parse_seeds
 from runners.models import Campaign, Run, RunStatus
-from runners.services import detector_record, do_cancel_campaign, do_create_campaign, estimate_campaign
+from runners.plans import CampaignPlan
+from runners.registry import detector_record
 
 from .factories import (
     BugFactory,
@@ -65,14 +67,15 @@ def test_preview_shows_the_run_count_and_estimate_then_confirm_queues(client, ve
 
 
 def test_estimate_guesses_without_history(version):
-    estimate = estimate_campaign([version], [detector_record("plain")], ["buggy", "fixed"], [0])
+    estimate = CampaignPlan.build([version], [detector_record("plain")], ["buggy", "fixed"], [0]).estimate()
     assert estimate == {"runs": 2, "seconds": 20, "guessed_runs": 2}
 
 
 def test_cancel_and_retry_from_the_campaign_page(client, version, django_capture_on_commit_callbacks):
     maintainer = MaintainerFactory()
-    campaign = do_create_campaign(maintainer, "c", [version], [detector_record("plain")], ["buggy", "fixed"], [0, 1],
-                                  enqueue=False)
+    campaign = do_create_campaign("c",
+                                  CampaignPlan.build([version], [detector_record("plain")], ["buggy", "fixed"],
+                                                     [0, 1]), enqueue=False, acting_user=maintainer)
     running, failed, *queued = campaign.runs.order_by("id")
     Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING)
     Run.objects.filter(pk=failed.pk).update(status=RunStatus.FAILED, failure_reason=f"Crashed: {HOSTILE}")
@@ -106,7 +109,8 @@ def test_campaign_api_previews_cancels_and_retries(version):
     response = client_for(maintainer).post("/api/campaigns/preview/", body, format="json")
     assert response.status_code == 200 and response.json()["runs"] == 4 and Campaign.objects.count() == 0
     assert client_for(UserFactory()).post("/api/campaigns/preview/", body, format="json").status_code == 403
-    campaign = do_create_campaign(maintainer, "c", [version], [detector_record("plain")], enqueue=False)
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")]), enqueue=False,
+                                  acting_user=maintainer)
     assert client_for(UserFactory()).post(f"/api/campaigns/{campaign.pk}/cancel/").status_code == 403
     response = client_for(maintainer).post(f"/api/campaigns/{campaign.pk}/cancel/")
     assert response.status_code == 200 and len(response.json()["runs"]) == 2
@@ -117,33 +121,35 @@ def test_campaign_api_previews_cancels_and_retries(version):
 
 
 def test_a_cancelled_campaign_completes_when_nothing_runs(version):
-    campaign = do_create_campaign(None, "c", [version], [detector_record("plain")], enqueue=False)
-    do_cancel_campaign(None, campaign)
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")]), enqueue=False,
+                                  acting_user=None)
+    do_cancel_campaign(campaign, acting_user=None)
     campaign.refresh_from_db()
     assert campaign.completed_at is not None and campaign.state == "cancelled"
     assert set(campaign.runs.values_list("failure_reason", flat=True)) == {
-        "Cancelled by the operator before it started."}
+        "Cancelled by the system before it started."}
 
 
 def test_cancelling_with_nothing_queued_changes_nothing(version):
-    campaign = do_create_campaign(None, "c", [version], [detector_record("plain")], enqueue=False)
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")]), enqueue=False,
+                                  acting_user=None)
     Run.objects.filter(campaign=campaign).update(status=RunStatus.RUNNING)
-    assert do_cancel_campaign(MaintainerFactory(), campaign) == []
+    assert do_cancel_campaign(campaign, acting_user=MaintainerFactory()) == []
     campaign.refresh_from_db()
     assert campaign.cancelled_at is None and campaign.state == "running"
 
 
 def test_a_retried_verification_replaces_its_stability_check(version):
-    from bugs.models import StabilityCheck
-    from runners.services import do_complete_campaign, do_retry_failed_runs, do_start_verification
+    from runners.actions import do_complete_campaign, do_retry_failed_runs, do_start_verification
+    from runners.models import StabilityCheck
 
-    campaign = do_start_verification(MaintainerFactory(), [version], seeds=1)
+    campaign = do_start_verification([version], seeds=1, acting_user=MaintainerFactory())
     buggy, fixed = campaign.runs.order_by("variant")
     Run.objects.filter(pk=buggy.pk).update(status=RunStatus.SUCCEEDED, manifested=True)
     Run.objects.filter(pk=fixed.pk).update(status=RunStatus.FAILED, failure_reason="worker lost")
     assert do_complete_campaign(campaign)
     assert StabilityCheck.objects.get(campaign=campaign).verdict == "flaky"
-    do_retry_failed_runs(None, campaign)
+    do_retry_failed_runs(campaign, acting_user=None)
     Run.objects.filter(pk=fixed.pk).update(status=RunStatus.SUCCEEDED, manifested=False)
     assert do_complete_campaign(campaign)
     assert [check.verdict for check in StabilityCheck.objects.filter(campaign=campaign)] == ["verified"]

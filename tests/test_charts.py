@@ -5,10 +5,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from bugs.models import StabilityCheck
 from evaluation.models import Evaluation
-from runners.models import Alarm, Campaign, Environment
-from runners.services import detector_record
+from runners.models import Alarm, Campaign, Environment, StabilityCheck
+from runners.registry import detector_record
 
 from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from runners.models import Alarm, Campaign, Environment
-from runners.services import detector_record
+from runners.registry import detector_record
 
 from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 from .test_charts import HOSTILE, table

@@ -3,7 +3,7 @@ import pytest
 
 from runners.detectors import all_plugins, get_plugin
 from runners.execution import execute
-from runners.services import detector_record
+from runners.registry import detector_record
 
 from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory, RunFactory
 

@@ -14,10 +14,12 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 from django.test import Client
 
+from runners.actions import do_create_campaign
 from runners.local_worker import log_tail, start_worker, stop_process
 from runners.models import Campaign, Run, RunStatus
+from runners.plans import CampaignPlan
 from runners.reconciler import reconcile
-from runners.services import detector_record, do_create_campaign
+from runners.registry import detector_record
 
 from .factories import GOOD_REPRODUCER, PROGRAM_PREAMBLE, ReproducerVersionFactory
 from .services import celery_on, django_on
@@ -70,7 +72,8 @@ def workers(stack, tmp_path, monkeypatch, settings):
 def campaign_of(sources, name, time_limit=20, memory_mb=1024):
     versions = [ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=time_limit,
                                          memory_mb=memory_mb) for source in sources]
-    return do_create_campaign(None, name, versions, [detector_record("plain")], ["buggy"], [0])
+    return do_create_campaign(name, CampaignPlan.build(versions, [detector_record("plain")], ["buggy"], [0]),
+                              acting_user=None)
 
 
 def wait_until(condition, timeout, what, reconciling=False, every=0.3):

@@ -3,10 +3,12 @@ name, an environment or a user name is shown as text on every page, and stays in
 import pytest
 from django.utils import timezone
 
-from bugs.models import BugStatus, StabilityCheck
-from bugs.services import do_submit_reproducer
-from runners.models import Alarm, Environment
-from runners.services import detector_record, do_create_campaign
+from bugs.actions import do_submit_reproducer
+from bugs.models import BugStatus
+from runners.actions import do_create_campaign
+from runners.models import Alarm, Environment, StabilityCheck
+from runners.plans import CampaignPlan
+from runners.registry import detector_record
 
 from .factories import (
     GOOD_REPRODUCER,
@@ -36,12 +38,13 @@ def hostile_world():
     code = GOOD_REPRODUCER + f"\n# {HOSTILE}\nprint('</script><script>alert(2)</script>')\n"
     approved = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, strategy_note=HOSTILE),
                                         files={"repro.py": code})
-    pending = do_submit_reproducer(submitter, {"repro.py": code + "\n", "reproducer.yaml": (
-        "entrypoint: repro.py\nstrategy: injected\ndefault_steps: 3\nneeds: {}\n")}, bug=bug)
+    pending = do_submit_reproducer({"repro.py": code + "\n", "reproducer.yaml": (
+        "entrypoint: repro.py\nstrategy: injected\ndefault_steps: 3\nneeds: {}\n")}, bug=bug, acting_user=submitter)
     environment = Environment.objects.create(fingerprint="evil", host=HOSTILE, cpu=HOSTILE, gpu=HOSTILE,
                                              python="3.11", torch=HOSTILE, facts={"note": HOSTILE})
-    campaign = do_create_campaign(None, HOSTILE, [approved], [detector_record("param_not_updated")],
-                                  ["buggy", "fixed"], [0], enqueue=False)
+    campaign = do_create_campaign(HOSTILE,
+                                  CampaignPlan.build([approved], [detector_record("param_not_updated")],
+                                                     ["buggy", "fixed"], [0]), enqueue=False, acting_user=None)
     runs = []
     for run in campaign.runs.all():
         RunFactory._meta.model.objects.filter(pk=run.pk).update(

@@ -7,10 +7,13 @@ import pytest
 from django.core.management import call_command
 
 from benchmark_site.celery import app
+from runners.actions import do_create_campaign
 from runners.local_worker import log_tail, start_worker, stop_process
 from runners.models import RunStatus
+from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.services import detector_record, do_create_campaign, runnable_versions
+from runners.registry import detector_record
+from runners.selectors import runnable_versions
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +33,8 @@ def test_real_worker_runs_a_real_reproducer(worker):
     call_command("load_catalog")
     versions = runnable_versions(["PT-FORUM-84911"])
     detectors = [detector_record("plain"), detector_record("param_not_updated")]
-    campaign = do_create_campaign(None, "integration", versions, detectors, ["buggy", "fixed"], [0])
+    campaign = do_create_campaign("integration", CampaignPlan.build(versions, detectors, ["buggy", "fixed"], [0]),
+                                  acting_user=None)
 
     progress = wait_for_campaign(campaign, lambda line: None, timeout=240)
     assert progress["done"] == progress["total"] == 4, log_tail(log)

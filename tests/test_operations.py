@@ -15,13 +15,13 @@ from django.db import OperationalError
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
+from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
-from accounts.services import do_create_api_token
 from benchmark_site import health
 from bugs.models import ReproducerVersion
+from devtools.synthetic import seed_history
 from evaluation.models import Evaluation
 from runners.models import Alarm, Run
-from runners.synthetic import seed_history
 
 from .factories import MaintainerFactory, UserFactory
 from .services import django_on
@@ -111,7 +111,7 @@ def fill(url):
         seed_history(runs=300, alarms=2000, campaigns=3, seed=6, log=lambda *args: None)
         maintainer = MaintainerFactory(username="ops-maintainer")
         UserFactory(username="ops-contributor")
-        _, secret = do_create_api_token(maintainer, "nightly script")
+        _, secret = do_create_api_token("nightly script", acting_user=maintainer)
         return secret, row_counts(), some_records()
 
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from runners.models import Alarm
-from runners.services import detector_record
+from runners.registry import detector_record
 
 from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 

@@ -3,8 +3,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
 from runners.models import Alarm, Run, RunStatus
-from runners.services import detector_record, do_complete_campaign, do_create_campaign, do_retry_failed_runs
+from runners.plans import CampaignPlan
+from runners.registry import detector_record
 
 from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory
 
@@ -19,7 +21,8 @@ def queries(client, url):
 
 def test_completed_campaign_tables_are_cached_until_a_retry_reopens_it(client):
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-CACHE")))
-    campaign = do_create_campaign(None, "c", [version], [detector_record("param_not_updated")], enqueue=False)
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("param_not_updated")]),
+                                  enqueue=False, acting_user=None)
     buggy = campaign.runs.get(variant="buggy")
     Run.objects.filter(campaign=campaign).update(status=RunStatus.SUCCEEDED, trigger_step=1, steps=3)
     Run.objects.filter(pk=buggy.pk).update(status=RunStatus.FAILED)
@@ -32,7 +35,7 @@ def test_completed_campaign_tables_are_cached_until_a_retry_reopens_it(client):
     cached, cached_body = queries(client, url)
     assert cached < first and cached_body == body  # the judged runs and alarms are not read again
 
-    do_retry_failed_runs(None, campaign)  # reopens it: live again, and the new result shows
+    do_retry_failed_runs(campaign, acting_user=None)  # reopens it: live again, and the new result shows
     Run.objects.filter(pk=buggy.pk).update(status=RunStatus.SUCCEEDED)
     Alarm.objects.create(run_id=buggy.pk, step=2, rule="no_parameter_updated", message="m")
     assert do_complete_campaign(campaign)

@@ -18,10 +18,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from benchmark_site.celery import app
-from runners.environment import gpu_inventory, host_facts
+from runners.actions import current_environment, do_create_campaign, do_flag_unservable_runs, do_register_worker
+from runners.environment import gpu_inventory, host_capabilities, host_facts
 from runners.local_worker import log_tail, start_worker, stop_process
 from runners.models import Campaign, Run, RunStatus, Worker
+from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
+from runners.registry import detector_record
 from runners.routing import (
     DevicesBusy,
     Needs,
@@ -31,14 +34,6 @@ from runners.routing import (
     queue_for,
     queue_name,
     queues_for_worker,
-)
-from runners.services import (
-    current_environment,
-    detector_record,
-    do_create_campaign,
-    do_flag_unservable_runs,
-    do_register_worker,
-    host_capabilities,
 )
 from runners.tasks import execute_run
 
@@ -163,7 +158,8 @@ def version_needing(files=None, **needs):
 def test_a_run_goes_to_the_queue_of_what_it_declares(needs, queue):
     version = version_needing(**needs)
     assert queue_for(version) == queue
-    campaign = do_create_campaign(None, "c", [version], [detector_record("plain")], ["buggy"], [0], enqueue=False)
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")], ["buggy"], [0]),
+                                  enqueue=False, acting_user=None)
     assert list(campaign.runs.values_list("queue", flat=True)) == [queue]
 
 
@@ -233,9 +229,9 @@ def test_a_run_no_worker_can_serve_fails_with_the_reason(client):
     Worker.objects.create(hostname="gone", queues=queues_for_worker({"gpus": TWO_A100 * 2}),
                           capabilities={"gpus": TWO_A100 * 2}, last_seen=now - timedelta(hours=1))
     detector = detector_record("plain")
-    campaign = do_create_campaign(None, "<b>mixed</b>", [version_needing(gpus=2, gpu_memory_gb=40),
-                                                          version_needing(gpus=1)],
-                                  [detector], ["buggy"], [0], enqueue=False)
+    plan = CampaignPlan.build([version_needing(gpus=2, gpu_memory_gb=40), version_needing(gpus=1)], [detector],
+                              ["buggy"], [0])
+    campaign = do_create_campaign("<b>mixed</b>", plan, enqueue=False, acting_user=None)
     two, one = (campaign.runs.get(queue=queue) for queue in ("gpu2-40gb", "gpu1"))
     campaign.runs.update(queued_at=now - timedelta(minutes=20))
     fresh = RunFactory(campaign=campaign, reproducer_version=two.reproducer_version, queue="gpu2-40gb")  # in grace
@@ -365,8 +361,9 @@ def test_a_worker_started_with_queues_auto_registers_and_pins_its_runs(two_gpus,
         assert worker.queues == sorted(queues_for_worker(host_capabilities()))
         assert worker.gpu_count == 2 and worker.concurrency == 1
 
-        campaign = do_create_campaign(None, "pinned", [version_needing(gpus=2, gpu_memory_gb=40)],
-                                      [detector_record("plain")], ["fixed"], [0])
+        campaign = do_create_campaign("pinned",
+                                      CampaignPlan.build([version_needing(gpus=2, gpu_memory_gb=40)],
+                                                         [detector_record("plain")], ["fixed"], [0]), acting_user=None)
         progress = wait_for_campaign(campaign, lambda line: None, timeout=120)
         run = campaign.runs.get()
         assert progress["done"] == 1 and run.status == RunStatus.SUCCEEDED, (run.failure_reason, log_tail(log))

@@ -3,9 +3,9 @@ import os
 
 import pytest
 
+from runners.actions import current_worker, do_claim_run
 from runners.execution import execute
 from runners.models import RunStatus
-from runners.services import current_worker, do_claim_run
 from runners.tasks import execute_run
 
 from .factories import GOOD_REPRODUCER, ReproducerVersionFactory, RunFactory
@@ -153,11 +153,10 @@ def test_a_run_is_claimed_once():
     assert do_claim_run(run.pk, worker) is None
 
 
-def test_retrying_failed_runs_queues_new_attempts_and_clears_their_results(django_capture_on_commit_callbacks):
-    from django.core.exceptions import PermissionDenied
-
+def test_retrying_failed_runs_queues_new_attempts_and_keeps_what_they_were(client, django_capture_on_commit_callbacks):
+    from core.models import AuditEvent
+    from runners.actions import do_retry_failed_runs
     from runners.models import Alarm, Campaign
-    from runners.services import do_retry_failed_runs
 
     from .factories import MaintainerFactory, UserFactory
 
@@ -165,21 +164,26 @@ def test_retrying_failed_runs_queues_new_attempts_and_clears_their_results(djang
     failed = RunFactory(campaign=campaign, status=RunStatus.FAILED, failure_reason="Crashed", attempts=1)
     Alarm.objects.create(run=failed, step=0, rule="r", message="m")
     done = RunFactory(campaign=campaign, status=RunStatus.SUCCEEDED)
-    with pytest.raises(PermissionDenied):
-        do_retry_failed_runs(UserFactory(), campaign)
+    client.force_login(UserFactory())  # the edge checks the permission
+    assert client.post(f"/campaigns/{campaign.pk}/retry/").status_code == 403
+    maintainer = MaintainerFactory()
     with django_capture_on_commit_callbacks() as callbacks:
-        assert do_retry_failed_runs(MaintainerFactory(), campaign) == [failed.pk]
+        assert do_retry_failed_runs(campaign, acting_user=maintainer) == [failed.pk]
     assert len(callbacks) == 1  # enqueued once the transaction commits
     failed.refresh_from_db()
     done.refresh_from_db()
     assert (failed.status, failed.failure_reason, failed.attempts) == (RunStatus.QUEUED, "", 1)
     assert not failed.alarms.exists() and done.status == RunStatus.SUCCEEDED
+    [event] = AuditEvent.objects.about(campaign).filter(action="retry")
+    assert event.actor == maintainer and event.detail["alarms_cleared"] == 1
+    assert [(run["id"], run["status"], run["failure_reason"]) for run in event.detail["runs"]] == [
+        (failed.pk, "failed", "Crashed")]
 
 
 def test_a_campaign_counts_as_stalled_only_after_its_slowest_run_could_have_finished():
     from runners.models import Campaign
     from runners.progress import stall_limit
-    from runners.services import detector_record
+    from runners.registry import detector_record
 
     campaign = Campaign.objects.create(name="c")
     version = ReproducerVersionFactory(time_limit_seconds=60)

@@ -6,9 +6,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from bugs.models import StabilityCheck
-from runners.models import Alarm, Campaign, Environment, Run
-from runners.services import detector_record
+from runners.models import Alarm, Campaign, Environment, Run, StabilityCheck
+from runners.registry import detector_record
 
 from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 

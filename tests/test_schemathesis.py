@@ -21,8 +21,8 @@ from rest_framework.throttling import SimpleRateThrottle
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 
-from accounts.services import do_create_api_token
-from runners.services import detector_record
+from accounts.actions import do_create_api_token
+from runners.registry import detector_record
 
 from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 
@@ -66,7 +66,7 @@ def test_anonymous_requests_cause_no_server_error(case, app_in_test_transaction)
 
 @pytest.fixture
 def maintainer_token(app_in_test_transaction):
-    return do_create_api_token(MaintainerFactory(), "schemathesis")[1]
+    return do_create_api_token("schemathesis", acting_user=MaintainerFactory())[1]
 
 
 @full.parametrize()

@@ -11,11 +11,11 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, StabilityCheck
-from bugs.services import do_review_version, do_submit_reproducer
+from bugs.actions import do_review_version, do_submit_reproducer
+from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState
 from bugs.submissions import SubmissionLimits, read_uploads, reproducer_problems
-from runners.models import Campaign, CampaignPurpose, Run, RunStatus
-from runners.services import do_complete_campaign
+from runners.actions import do_complete_campaign
+from runners.models import Campaign, CampaignPurpose, Run, RunStatus, StabilityCheck
 
 from .factories import GOOD_REPRODUCER, MaintainerFactory, UserFactory
 from .test_api import client_for
@@ -138,8 +138,8 @@ def test_the_form_reports_every_problem_and_stores_nothing(client):
 
 def test_only_the_submitter_or_a_maintainer_sends_a_new_version(client):
     owner = UserFactory()
-    first = do_submit_reproducer(owner, FILES, bug_fields={k: v for k, v in BUG_FORM.items()
-                                                            if k != "reproducer_name"})
+    first = do_submit_reproducer(FILES, bug_fields={k: v for k, v in BUG_FORM.items()
+                                                            if k != "reproducer_name"}, acting_user=owner)
     client.force_login(UserFactory())
     assert client.get("/bugs/GH-4242/submit/").status_code == 403
     client.force_login(owner)
@@ -157,8 +157,8 @@ def test_only_the_submitter_or_a_maintainer_sends_a_new_version(client):
 
 @pytest.fixture
 def submitted():
-    return do_submit_reproducer(UserFactory(), FILES, bug_fields={
-        **{k: v for k, v in BUG_FORM.items() if k != "reproducer_name"}, "title": HOSTILE})
+    return do_submit_reproducer(FILES, bug_fields={
+        **{k: v for k, v in BUG_FORM.items() if k != "reproducer_name"}, "title": HOSTILE}, acting_user=UserFactory())
 
 
 def test_the_review_queue_is_for_maintainers(client, submitted):
@@ -170,12 +170,12 @@ def test_the_review_queue_is_for_maintainers(client, submitted):
 
 def test_a_maintainer_reads_the_diff_against_the_approved_version_and_rejects_with_a_reason(client, submitted):
     maintainer = MaintainerFactory()
-    do_review_version(submitted, maintainer, approve=True, verify=False)
+    do_review_version(submitted, approve=True, verify=False, acting_user=maintainer)
     bug = submitted.reproducer.bug
     staged = {**FILES, "repro.py": FILES["repro.py"] + "\nimport os  # staged in an unreviewed version\n"}
-    do_submit_reproducer(submitted.submitted_by, staged, bug=bug)
+    do_submit_reproducer(staged, bug=bug, acting_user=submitted.submitted_by)
     changed = {**staged, "repro.py": staged["repro.py"] + f"\n# {HOSTILE}\n"}
-    second = do_submit_reproducer(submitted.submitted_by, changed, bug=bug)
+    second = do_submit_reproducer(changed, bug=bug, acting_user=submitted.submitted_by)
     client.force_login(maintainer)
     queue = client.get("/review/").content.decode()
     assert queue.count("Read and review") == 2 and HOSTILE not in queue and "&lt;script&gt;" in queue
@@ -221,12 +221,12 @@ def test_approval_starts_verification_and_completion_records_stability(client, s
 
 
 def test_a_version_is_reviewed_once():
-    version = do_submit_reproducer(UserFactory(), FILES, bug_fields={
-        k: v for k, v in BUG_FORM.items() if k != "reproducer_name"})
+    version = do_submit_reproducer(FILES, bug_fields={
+        k: v for k, v in BUG_FORM.items() if k != "reproducer_name"}, acting_user=UserFactory())
     maintainer = MaintainerFactory()
-    do_review_version(version, maintainer, approve=False, note="no")
+    do_review_version(version, approve=False, note="no", acting_user=maintainer)
     with pytest.raises(Exception, match="already reviewed"):
-        do_review_version(version, maintainer, approve=True)
+        do_review_version(version, approve=True, acting_user=maintainer)
     assert Run.objects.count() == 0
 
 
@@ -279,20 +279,20 @@ def test_unreviewed_submissions_stay_out_of_the_public_catalog(client, submitted
     assert client.get("/bugs/GH-4242/").status_code == 200 and "GH-4242" in client.get("/").content.decode()
     client.force_login(MaintainerFactory())
     assert client.get("/bugs/GH-4242/").status_code == 200
-    do_review_version(submitted, MaintainerFactory(), approve=True, verify=False)
+    do_review_version(submitted, approve=True, verify=False, acting_user=MaintainerFactory())
     client.logout()
     assert client.get("/bugs/GH-4242/").status_code == 200
 
 
 def test_a_submitted_manifest_changes_where_runs_go_only_once_approved(submitted):
     maintainer = MaintainerFactory()
-    do_review_version(submitted, maintainer, approve=True, verify=False)
+    do_review_version(submitted, approve=True, verify=False, acting_user=maintainer)
     cuda = yaml.safe_dump({**MANIFEST, "needs": {**MANIFEST["needs"], "cuda": True, "world_size": 4}})
-    newer = do_submit_reproducer(submitted.submitted_by, {**FILES, "reproducer.yaml": cuda},
-                                 bug=submitted.reproducer.bug)
+    newer = do_submit_reproducer({**FILES, "reproducer.yaml": cuda}, bug=submitted.reproducer.bug,
+                                 acting_user=submitted.submitted_by)
     reproducer = newer.reproducer
     reproducer.refresh_from_db()
     assert (reproducer.needs_cuda, reproducer.world_size) == (False, 1)
-    do_review_version(newer, maintainer, approve=True, verify=False)
+    do_review_version(newer, approve=True, verify=False, acting_user=maintainer)
     reproducer.refresh_from_db()
     assert (reproducer.needs_cuda, reproducer.world_size) == (True, 4)

@@ -3,7 +3,7 @@ import pytest
 
 from runners.detectors.traincheck import models_to_track, read_json_stream, violation_alarms
 from runners.models import FitArtifact, Run, RunStatus
-from runners.services import detector_record
+from runners.registry import detector_record
 from runners.tasks import execute_run
 
 from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory

@@ -2,11 +2,12 @@
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
+from rest_framework.test import APIClient
 
-from bugs.models import Bug, BugStatus, StabilityCheck, StabilityVerdict
-from bugs.services import do_deprecate_bug
-from runners.models import Campaign
-from runners.services import do_record_stability
+from bugs.actions import do_deprecate_bug
+from bugs.models import Bug, BugStatus
+from runners.actions import do_record_stability
+from runners.models import Campaign, StabilityCheck, StabilityVerdict
 
 from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory, UserFactory
 
@@ -57,12 +58,10 @@ def test_bug_page_shows_the_stability_badge(client):
     assert "buggy 3/3, fixed 0/3" in page and 'class="badge verified"' in page
 
 
-def test_deprecation_keeps_the_bug_and_needs_a_reason_and_a_maintainer():
+def test_deprecation_keeps_the_bug_and_needs_a_reason():
     bug = BugFactory()
     with pytest.raises(ValidationError):
-        do_deprecate_bug(bug, "  ")
-    with pytest.raises(Exception, match="maintainers"):
-        do_deprecate_bug(bug, "duplicate of TEST-9", user=UserFactory())
+        do_deprecate_bug(bug, "  ", acting_user=None)
     call_command("deprecate_bug", bug.bug_id, "--reason", "duplicate of TEST-9")
     bug.refresh_from_db()
     assert bug.status == "deprecated" and bug.deprecation_reason == "duplicate of TEST-9"
@@ -82,17 +81,21 @@ def test_verification_command_through_the_pipeline(capsys):
 
 
 def test_only_a_maintainer_approves_an_exact_version_and_a_rejection_needs_a_reason():
-    from bugs.services import do_review_version
+    from bugs.actions import do_review_version
 
     from .factories import MaintainerFactory
 
     version = ReproducerVersionFactory(review_state="pending", reproducer=ReproducerFactory(
         bug=BugFactory(status=BugStatus.SUBMITTED)))
-    with pytest.raises(Exception, match="maintainers"):
-        do_review_version(version, UserFactory(), approve=True)
+    api = APIClient()
+    api.force_authenticate(UserFactory())
+    response = api.post(f"/api/reproducer-versions/{version.pk}/review/", {"decision": "approve"}, format="json")
+    assert response.status_code == 403 and "maintainers" in response.json()["detail"]
+    version.refresh_from_db()
+    assert version.review_state == "pending"
     with pytest.raises(ValidationError):
-        do_review_version(version, MaintainerFactory(), approve=False, note=" ")
+        do_review_version(version, approve=False, note=" ", acting_user=MaintainerFactory())
     maintainer = MaintainerFactory()
-    approved = do_review_version(version, maintainer, approve=True, note="read it")
+    approved = do_review_version(version, approve=True, note="read it", acting_user=maintainer)
     assert approved.is_approved and approved.reviewed_by == maintainer
     assert Bug.objects.get(pk=version.reproducer.bug_id).status == BugStatus.APPROVED

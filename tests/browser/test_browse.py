@@ -6,9 +6,12 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import expect
 
+from runners.actions import do_create_campaign
 from runners.models import Alarm
+from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.services import detector_record, do_create_campaign, runnable_versions
+from runners.registry import detector_record
+from runners.selectors import runnable_versions
 
 from ..factories import BugFactory, RunFactory
 from .helpers import wait_for_plot
@@ -128,7 +131,9 @@ def test_hostile_bug_title_is_shown_as_text(page, live_site, page_events):
 def test_a_real_run_plots_its_loss(page, live_site, celery_worker):
     call_command("load_catalog")
     versions = runnable_versions(["PT-FORUM-84911"])
-    campaign = do_create_campaign(None, "browser", versions, [detector_record("plain")], ["buggy", "fixed"], [0])
+    campaign = do_create_campaign("browser",
+                                  CampaignPlan.build(versions, [detector_record("plain")], ["buggy", "fixed"],
+                                                     [0]), acting_user=None)
 
     page.goto(campaign.get_absolute_url())
     expect(page.locator("h1")).to_contain_text("browser")

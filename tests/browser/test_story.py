@@ -11,8 +11,8 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
-from benchmark_site.browser import VIEWPORT
 from bugs.models import Bug
+from devtools.browser import VIEWPORT
 from runners.models import Run
 
 from ..factories import GOOD_REPRODUCER, BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory

@@ -1,8 +1,8 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from bugs.actions import do_deprecate_bug
 from bugs.models import Bug
-from bugs.services import do_deprecate_bug
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
         if bug is None:
             raise CommandError(f"No bug {bug_id}.")
         try:
-            do_deprecate_bug(bug, reason)
+            do_deprecate_bug(bug, reason, acting_user=None)  # the operator
         except ValidationError as error:
             raise CommandError("; ".join(error.messages)) from error
         self.stdout.write(f"{bug_id} is deprecated: {reason}")

@@ -1,4 +1,3 @@
-import json
 import socket
 import sys
 import time
@@ -10,22 +9,20 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from core.cli import comma_list, line_writer
+from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation
 from evaluation.overhead import do_measure_overhead
 from evaluation.results_doc import render
-from evaluation.tables import detection_table, false_positive_table, latency_table
-from runners.detectors import get_plugin
+from runners.actions import do_create_campaign
+from runners.detectors import all_plugins, get_plugin
 from runners.detectors.traincheck import tool_version
 from runners.fitting import FitError, ensure_fit, is_fit_reference
 from runners.local_worker import wait_with_local_worker
-from runners.management.commands.run_campaign import csv
+from runners.management.commands.run_campaign import plan_from_options
 from runners.models import CampaignPurpose
-from runners.progress import line_writer
-from runners.services import detector_record, do_create_campaign, runnable_versions, sync_detectors
-
-
-def records(frame):
-    return json.loads(frame.to_json(orient="records"))
+from runners.registry import detector_record
+from runners.selectors import runnable_versions
 
 
 def command_line(options):
@@ -40,17 +37,6 @@ def command_line(options):
     return " ".join(parts)
 
 
-def run_counts(runs):
-    return {"runs": runs.count(), "failed_runs": runs.filter(status="failed").count(),
-            "retried_runs": runs.filter(attempts__gt=1).count()}
-
-
-def run_tables(runs):
-    """The tables computed from an evaluation's runs (overhead and fits are measured apart)."""
-    return {"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
-            "latency": records(latency_table(runs))}
-
-
 class Command(BaseCommand):
     help = ("Run the full evaluation: every CPU bug reproducer (buggy and fixed) and every clean reference "
             "pipeline x every detector x seeds, then interleaved overhead pairs. Stores the tables in the "
@@ -58,9 +44,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per (reproducer, variant, detector)")
-        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
-        parser.add_argument("--pipelines", type=csv, help="comma-separated clean pipelines (default: all)")
-        parser.add_argument("--detectors", type=csv, help="comma-separated detectors (default: all but plain)")
+        parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
+        parser.add_argument("--pipelines", type=comma_list, help="comma-separated clean pipelines (default: all)")
+        parser.add_argument("--detectors", type=comma_list, help="comma-separated detectors (default: all but plain)")
         parser.add_argument("--pairs", type=int, default=5, help="plain/instrumented pairs per detector")
         parser.add_argument("--overhead-workload", default="transformer-adamw",
                             help="clean pipeline timed for overhead (held out of TrainCheck's fit)")
@@ -80,42 +66,30 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
         plain = detector_record("plain")
-        try:
-            detectors = ([detector_record(name) for name in options["detectors"]] if options["detectors"]
-                         else [d for name, d in sync_detectors().items() if name != "plain"])
-        except KeyError as error:
-            raise CommandError(error.args[0]) from error
-        pipelines = {v.reproducer.name: v for v in runnable_versions(pipelines=True)}
-        unknown = set(options["pipelines"] or []) - set(pipelines)
-        if unknown or options["overhead_workload"] not in pipelines:
-            raise CommandError(f"Unknown pipeline(s): {', '.join(sorted(unknown) or [options['overhead_workload']])}; "
-                               f"the catalog has {', '.join(sorted(pipelines))}.")
-        workload = pipelines[options["overhead_workload"]]
-        versions = runnable_versions(options["bugs"]) + [
-            v for name, v in sorted(pipelines.items()) if not options["pipelines"] or name in options["pipelines"]]
+        every_pipeline = [version.reproducer.name for version in runnable_versions(pipelines=True)]
+        plan = plan_from_options({
+            "bugs": options["bugs"], "pipelines": options["pipelines"] or every_pipeline,
+            "detectors": options["detectors"] or [name for name in all_plugins() if name != "plain"],
+            "seeds": range(options["seeds"])}, skip=is_fit_reference)
+        workload = plan_from_options({"bugs": [], "pipelines": [options["overhead_workload"]],
+                                      "detectors": ["plain"]}).versions[0]
+        detectors, versions = list(plan.detectors), list(plan.versions)
 
         fits = self.fit(detectors, versions, since=timezone.now())
-        campaign = do_create_campaign(None, "evaluation", versions, detectors, ["buggy", "fixed"],
-                                      list(range(options["seeds"])), skip=is_fit_reference,
-                                      purpose=CampaignPurpose.EVALUATION)
+        campaign = do_create_campaign("evaluation", plan, CampaignPurpose.EVALUATION, acting_user=None)
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs "
                           f"({len(versions)} programs x {len(detectors)} detectors x {options['seeds']} seed(s)).")
         wait_with_local_worker(campaign, write, "evaluate", options["concurrency"], start=not options["no_worker"])
         self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
         overhead_campaign, overhead = do_measure_overhead(workload, detectors, plain, options["pairs"],
                                                           options["overhead_steps"], write)
-        runs = campaign.runs.all()
-        evaluation = Evaluation.objects.create(
-            campaign=campaign, overhead_campaign=overhead_campaign,
+        evaluation = do_store_evaluation(
+            campaign, overhead_campaign, overhead, fits, wall_seconds=round(time.monotonic() - started, 1),
             parameters={
-                "command": command_line(options), "seeds": options["seeds"],
-                "detectors": [d.name for d in detectors], **run_counts(runs), "pairs": options["pairs"],
-                "overhead_workload": str(workload.reproducer), "host": socket.gethostname(),
-                "torch": torch.__version__, "traincheck": tool_version(),
-            },
-            tables={**run_tables(runs), "overhead": overhead, "fits": fits},
-            wall_seconds=round(time.monotonic() - started, 1),
-        )
+                "command": command_line(options), "seeds": options["seeds"], "detectors": [d.name for d in detectors],
+                "pairs": options["pairs"], "overhead_workload": str(workload.reproducer),
+                "host": socket.gethostname(), "torch": torch.__version__, "traincheck": tool_version(),
+            }, acting_user=None)
         self.write_results(evaluation, options["results"])
         self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
 
@@ -123,10 +97,7 @@ class Command(BaseCommand):
         evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
         if evaluation is None:
             raise CommandError(f"No evaluation #{evaluation_id}.")
-        runs = evaluation.campaign.runs.all()
-        evaluation.tables = {**evaluation.tables, **run_tables(runs)}
-        evaluation.parameters.update(run_counts(runs))
-        evaluation.save(update_fields=["tables", "parameters"])
+        do_retabulate_evaluation(evaluation, acting_user=None)
         self.stdout.write(f"Evaluation #{evaluation.pk}: tables recomputed from its runs.")
         self.write_results(evaluation, results)
 

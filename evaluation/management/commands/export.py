@@ -4,9 +4,9 @@ from django.http import QueryDict
 
 from bugs.exports import catalog_filter, catalog_table
 from bugs.filters import BugFilter
+from core.exports import EXPORT_FORMATS, export_text
 from evaluation.filters import ResultFilterForm
-from evaluation.results import TABLES, NotFound, Results, export_text
-from evaluation.tables import EXPORT_FORMATS
+from evaluation.results import TABLES, NotFound, Results
 
 
 def filter_fields():

@@ -2,12 +2,10 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.cli import comma_list, line_writer
+from runners.actions import do_retry_failed_runs
 from runners.local_worker import wait_with_local_worker
 from runners.models import Campaign
-from runners.progress import line_writer
-from runners.services import do_retry_failed_runs
-
-from .run_campaign import csv
 
 
 class Command(BaseCommand):
@@ -15,7 +13,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("campaign", type=int, help="campaign ID")
-        parser.add_argument("--detectors", type=csv, help="only runs of these detectors")
+        parser.add_argument("--detectors", type=comma_list, help="only runs of these detectors")
         parser.add_argument("--concurrency", type=int, default=1)
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
 
@@ -26,7 +24,7 @@ class Command(BaseCommand):
         runs = found.runs.all()
         if detectors:
             runs = runs.filter(detector__name__in=detectors)
-        run_ids = do_retry_failed_runs(None, found, runs)
+        run_ids = do_retry_failed_runs(found, runs, acting_user=None)  # the operator
         self.stdout.write(f"Campaign #{found.pk}: {len(run_ids)} failed run(s) queued again.")
         if run_ids:
             progress = wait_with_local_worker(found, line_writer(sys.stdout), "retry", concurrency,

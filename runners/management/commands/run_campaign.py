@@ -3,24 +3,25 @@ import sys
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from runners.progress import line_writer, wait_for_campaign
-from runners.services import detector_record, do_create_campaign, runnable_versions, sync_detectors
-
-
-def csv(value):
-    return [item.strip() for item in value.split(",") if item.strip()]
+from core.cli import comma_list, int_list, line_writer
+from runners.actions import do_create_campaign
+from runners.plans import CampaignPlan
+from runners.progress import wait_for_campaign
 
 
 class Command(BaseCommand):
-    help = ("Queue a campaign: each selected bug's CPU reproducers (latest approved version) x detectors x "
-            "variants x seeds. Needs a running worker (see the README).")
+    help = ("Queue a campaign: each selected bug's CPU reproducers (latest approved version) and the chosen clean "
+            "pipelines x detectors x variants x seeds. Needs a running worker (see the README).")
 
     def add_arguments(self, parser):
         parser.add_argument("--name", default="campaign")
-        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
-        parser.add_argument("--detectors", type=csv, help="comma-separated detector names (default: all)")
-        parser.add_argument("--variants", type=csv, default=["buggy", "fixed"])
-        parser.add_argument("--seeds", type=lambda v: [int(s) for s in csv(v)], default=[0])
+        parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
+        parser.add_argument("--pipelines", type=comma_list, default=[],
+                            help="comma-separated clean pipelines (fixed variant only; default: none)")
+        parser.add_argument("--cuda", action="store_true", help="also the bugs' CUDA reproducers (need a GPU worker)")
+        parser.add_argument("--detectors", type=comma_list, help="comma-separated detector names (default: all)")
+        parser.add_argument("--variants", type=comma_list, default=["buggy", "fixed"])
+        parser.add_argument("--seeds", type=int_list, default=[0])
         parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
         parser.add_argument("--wait", action="store_true", help="show progress until every run has finished")
 
@@ -31,18 +32,19 @@ class Command(BaseCommand):
             wait_for_campaign(campaign, line_writer(sys.stdout))
 
 
-def create_campaign_from_options(options):
-    versions = runnable_versions(options["bugs"])
-    if options["bugs"]:
-        missing = set(options["bugs"]) - {v.reproducer.bug.bug_id for v in versions}
-        if missing:
-            raise CommandError(f"No approved CPU reproducer for: {', '.join(sorted(missing))}")
+def plan_from_options(options, skip=None):
+    """The CampaignPlan the command-line options name; its problems become one CommandError."""
     try:
-        detectors = ([detector_record(name) for name in options["detectors"]] if options["detectors"]
-                     else list(sync_detectors().values()))
-        return do_create_campaign(None, options["name"], versions, detectors, options["variants"],
-                                  options["seeds"], options["steps"])
-    except KeyError as error:
-        raise CommandError(error.args[0]) from error
+        return CampaignPlan.resolve(bugs=options.get("bugs"), pipelines=options.get("pipelines") or (),
+                                    detectors=options.get("detectors"), variants=options.get("variants",
+                                                                                             ("buggy", "fixed")),
+                                    seeds=options.get("seeds", (0,)), steps=options.get("steps"),
+                                    cuda=options.get("cuda", False), skip=skip)
     except ValidationError as error:
-        raise CommandError("; ".join(error.messages)) from error
+        raise CommandError("; ".join(f"{field}: {message}" for field, messages in error.message_dict.items()
+                                     for message in messages)) from error
+
+
+def create_campaign_from_options(options):
+    """Queue the campaign the options name, as the operator."""
+    return do_create_campaign(options["name"], plan_from_options(options), acting_user=None)

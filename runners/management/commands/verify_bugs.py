@@ -4,12 +4,11 @@ import sys
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from bugs.models import StabilityCheck
+from core.cli import comma_list, line_writer
+from runners.actions import do_complete_campaign, do_start_verification
 from runners.local_worker import wait_with_local_worker
-from runners.progress import line_writer
-from runners.services import do_complete_campaign, do_start_verification, runnable_versions
-
-from .run_campaign import csv
+from runners.management.commands.run_campaign import plan_from_options
+from runners.models import RunStatus, StabilityCheck, StabilityVerdict
 
 
 class Command(BaseCommand):
@@ -18,7 +17,7 @@ class Command(BaseCommand):
             "unreproducible.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every CPU reproducer)")
+        parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every CPU reproducer)")
         parser.add_argument("--seeds", type=int, default=3, help="k, the number of seeds (0..k-1)")
         parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
         parser.add_argument("--concurrency", type=int, default=1,
@@ -29,22 +28,19 @@ class Command(BaseCommand):
     def handle(self, *args, bugs, seeds, steps, concurrency, no_worker, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
-        versions = runnable_versions(bugs)
-        if bugs and {v.reproducer.bug.bug_id for v in versions} != set(bugs):
-            raise CommandError(f"No approved CPU reproducer for: "
-                               f"{', '.join(sorted(set(bugs) - {v.reproducer.bug.bug_id for v in versions}))}")
-        campaign = do_start_verification(None, versions, seeds, steps)
+        plan = plan_from_options({"bugs": bugs, "detectors": ["plain"], "seeds": range(seeds), "steps": steps})
+        campaign = do_start_verification(list(plan.versions), seeds, steps, acting_user=None)  # the operator
         self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} verification runs.")
         wait_with_local_worker(campaign, line_writer(sys.stdout), "verify", concurrency, start=not no_worker)
         do_complete_campaign(campaign)  # normally done by the worker that finished the last run
         checks = list(StabilityCheck.objects.filter(campaign=campaign).select_related("reproducer_version__reproducer"))
         self.report(campaign, checks)
-        if any(check.verdict != "verified" for check in checks):
+        if any(check.verdict != StabilityVerdict.VERIFIED for check in checks):
             raise CommandError("Not every reproducer verified; see the table above.")
 
     def report(self, campaign, checks):
         walls = {}
-        for version_id, wall in campaign.runs.filter(status="succeeded").values_list(
+        for version_id, wall in campaign.runs.filter(status=RunStatus.SUCCEEDED).values_list(
                 "reproducer_version_id", "wall_seconds"):
             walls.setdefault(version_id, []).append(wall)
         self.stdout.write(f"\n{'reproducer':<36}{'strategy':<10}{'buggy':>7}{'fixed':>7}{'failed':>8}"
@@ -56,6 +52,6 @@ class Command(BaseCommand):
                 f"{str(version.reproducer):<36}{version.reproducer.strategy:<10}"
                 f"{check.buggy_manifested:>4}/{check.seeds:<2}{check.fixed_manifested:>4}/{check.seeds:<2}"
                 f"{check.failed_runs:>8}{median:>10.2f}  {check.verdict}")
-        for run in campaign.runs.exclude(status="succeeded"):
+        for run in campaign.runs.exclude(status=RunStatus.SUCCEEDED):
             self.stdout.write(self.style.ERROR(f"run {run.pk} ({run.reproducer_version.reproducer} {run.variant} "
                                                f"seed {run.seed}): {run.failure_reason}"))

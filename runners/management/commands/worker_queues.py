@@ -6,8 +6,8 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from runners.environment import host_capabilities
 from runners.routing import queues_for_worker
-from runners.services import host_capabilities
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@
     .venv/bin/python manage.py load_catalog
     .venv/bin/python manage.py seed_history --runs 100000 --alarms 1000000
 
-Everything it makes is marked synthetic (runners/synthetic.py); it refuses a database that already
+Everything it makes is marked synthetic (devtools/synthetic.py); it refuses a database that already
 has runs unless --force, so that it is never mixed into measured data by accident.
 """
 import time
@@ -11,8 +11,8 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from devtools.synthetic import seed_history
 from runners.models import Run
-from runners.synthetic import seed_history
 
 
 class Command(BaseCommand):

@@ -1,7 +1,12 @@
 """The roles of DESIGN.md. Anonymous: browse and export. Contributor (any signed-in user): submit
 bugs and reproducers. Maintainer (the Maintainers group): approve, trigger runs, deprecate.
 Staff: the admin. The API applies the same rules to a token's user."""
-from runners.apps import MAINTAINER_PERMISSIONS
+MAINTAINERS_GROUP = "Maintainers"
+MAINTAINER_PERMISSIONS = [
+    ("runners", "trigger_campaign"),
+    ("bugs", "approve_reproducerversion"),
+    ("bugs", "deprecate_bug"),
+]
 
 ANONYMOUS, CONTRIBUTOR, MAINTAINER, STAFF = "anonymous", "contributor", "maintainer", "staff"
 
@@ -41,3 +46,14 @@ def capabilities_of(user):
     if role == STAFF and not is_maintainer(user):
         roles.remove(MAINTAINER)
     return [item for r in roles for item in CAPABILITIES[r]]
+
+
+def ensure_roles(**kwargs):
+    """The Maintainers group with the maintainer's permissions (run after every migrate)."""
+    from django.contrib.auth.models import Group, Permission
+
+    group, _ = Group.objects.get_or_create(name=MAINTAINERS_GROUP)
+    for app_label, codename in MAINTAINER_PERMISSIONS:
+        permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+        if permission:
+            group.permissions.add(permission)

@@ -7,12 +7,12 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from core.cli import comma_list, int_list, line_writer
 from evaluation.tables import detection_table
 from runners.detectors import all_plugins
 from runners.local_worker import local_worker, log_tail, stop_process
-from runners.progress import line_writer, wait_for_campaign
-
-from .run_campaign import create_campaign_from_options, csv
+from runners.management.commands.run_campaign import create_campaign_from_options
+from runners.progress import wait_for_campaign
 
 
 class Command(BaseCommand):
@@ -21,9 +21,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-        parser.add_argument("--bugs", type=csv, help="comma-separated bug IDs (default: every runnable bug)")
-        parser.add_argument("--detectors", type=csv,
+        parser.add_argument("--seeds", type=int_list, default=[0], help="comma-separated seeds (default 0)")
+        parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
+        parser.add_argument("--detectors", type=comma_list,
                             help="comma-separated detector names (default: every detector without a fit phase; "
                                  "TrainCheck fits for minutes and runs ~6x slower: add it by name, or use evaluate)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
@@ -49,7 +49,7 @@ class Command(BaseCommand):
                 campaign = create_campaign_from_options({
                     "name": "quickstart", "bugs": bugs, "variants": ["buggy", "fixed"],
                     "detectors": detectors or [name for name, plugin in all_plugins().items() if not plugin.needs_fit],
-                    "seeds": [int(s) for s in seeds.split(",")], "steps": None,
+                    "seeds": seeds, "steps": None,
                 })
                 self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
                 progress = wait_for_campaign(campaign, line_writer(sys.stdout),

@@ -23,6 +23,7 @@ from django.db.models import Count
 
 from bugs.models import Bug
 from runners.models import Run
+from runners.plans import CampaignPlan
 
 
 def percentile(values, share):
@@ -196,9 +197,9 @@ def run_direct(specs, detector, concurrency):
 def run_through_workers(specs, detector, workers, log_dir, timeout=1800):
     """Start ``workers`` local worker processes (one run at a time each), queue all runs as one
     campaign, wait for it; returns the finished runs (with their timestamps)."""
+    from runners.actions import do_create_campaign
     from runners.local_worker import start_worker, stop_process
     from runners.progress import wait_for_campaign
-    from runners.services import do_create_campaign
 
     with ExitStack() as stack:
         for i in range(workers):
@@ -208,7 +209,8 @@ def run_through_workers(specs, detector, workers, log_dir, timeout=1800):
         by_version = {}
         for version, variant, seed in specs:
             by_version.setdefault((version.pk, variant), (version, variant, []))[2].append(seed)
-        campaigns = [do_create_campaign(None, "bench_load throughput", [version], [detector], [variant], seeds)
+        campaigns = [do_create_campaign("bench_load throughput",
+                                        CampaignPlan.build([version], [detector], [variant], seeds), acting_user=None)
                      for version, variant, seeds in by_version.values()]
         for campaign in campaigns:
             wait_for_campaign(campaign, lambda line: None, timeout=timeout, interval=0.2)
@@ -217,15 +219,17 @@ def run_through_workers(specs, detector, workers, log_dir, timeout=1800):
 
 def idle_dispatch(specs, detector, log_dir, timeout=600):
     """Queued-to-started latency of single runs with an idle worker waiting (no backlog)."""
+    from runners.actions import do_create_campaign
     from runners.local_worker import local_worker
     from runners.progress import wait_for_campaign
-    from runners.services import do_create_campaign
 
     latencies = []
     with local_worker(log_dir / "bench-load-idle.log", name="benchloadidle"):
         time.sleep(5)
         for version, variant, seed in specs:
-            campaign = do_create_campaign(None, "bench_load dispatch", [version], [detector], [variant], [seed])
+            campaign = do_create_campaign("bench_load dispatch",
+                                          CampaignPlan.build([version], [detector], [variant],
+                                                             [seed]), acting_user=None)
             wait_for_campaign(campaign, lambda line: None, timeout=timeout, interval=0.05)
             run = campaign.runs.get()
             latencies.append((run.started_at - run.queued_at).total_seconds())

@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.urls import reverse
 
-from benchmark_site.browser import VIEWPORT, launch
 from bugs.models import ReproducerVersion, ReviewState
+from devtools.browser import VIEWPORT, launch
 from evaluation.models import Evaluation
 from runners.local_worker import database_url, log_tail, stop_process
 from runners.models import Campaign, Run, RunStatus

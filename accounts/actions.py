@@ -1,7 +1,8 @@
-"""API token actions. A secret exists in memory once, when it is created; the database keeps its hash."""
+"""API token actions. A secret exists in memory once, when it is created; the database keeps its hash.
+The callers check that the acting user owns the token, or is staff."""
 import secrets
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .models import ApiToken
@@ -9,23 +10,21 @@ from .models import ApiToken
 TOKEN_NAME_MAX = ApiToken._meta.get_field("name").max_length
 
 
-def do_create_api_token(user, name):
-    """A new named token for ``user``. Returns ``(token, secret)``; the secret cannot be recovered later."""
+def do_create_api_token(name, *, acting_user):
+    """A new named token for ``acting_user``. Returns ``(token, secret)``; the secret cannot be recovered later."""
     name = (name or "").strip()
     if not name:
         raise ValidationError("Give the token a name, e.g. the machine or script that will use it.")
     if len(name) > TOKEN_NAME_MAX:
         raise ValidationError(f"A token name has at most {TOKEN_NAME_MAX} characters.")
     secret = secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name, prefix=secret[:ApiToken.PREFIX_LENGTH],
+    token = ApiToken.objects.create(user=acting_user, name=name, prefix=secret[:ApiToken.PREFIX_LENGTH],
                                     key_hash=ApiToken.hash_secret(secret))
     return token, secret
 
 
-def do_revoke_api_token(user, token):
-    """Revoke ``token``; only its owner or staff may. Revoking twice keeps the first date."""
-    if token.user_id != user.pk and not user.is_staff:
-        raise PermissionDenied("Only the token's owner or staff can revoke it.")
+def do_revoke_api_token(token, *, acting_user):
+    """Revoke ``token`` (its owner, or staff in the admin). Revoking twice keeps the first date."""
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=token.revoked_at)

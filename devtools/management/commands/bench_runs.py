@@ -8,7 +8,7 @@ own local worker, e.g.:
 
 With ``--throughput N --workers W``: N runs at once through W local workers (queued-to-started
 latency under a backlog and with an idle worker, runs per minute) against the same N runs executed
-directly in the sandbox by W threads, as a wall-time ratio (runners/loadbench.py; bench_load runs it).
+directly in the sandbox by W threads, as a wall-time ratio (devtools/loadbench.py; bench_load runs it).
 """
 import os
 import statistics
@@ -21,11 +21,14 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from devtools.loadbench import idle_dispatch, run_direct, run_specs, run_through_workers, throughput_summary
+from runners.actions import do_create_campaign
 from runners.execution import materialize
-from runners.loadbench import idle_dispatch, run_direct, run_specs, run_through_workers, throughput_summary
 from runners.local_worker import local_worker
+from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.services import detector_record, do_create_campaign, runnable_versions
+from runners.registry import detector_record
+from runners.selectors import runnable_versions
 
 
 def run_alone(version, variant, seed):
@@ -78,7 +81,9 @@ class Command(BaseCommand):
                 for variant in ("buggy", "fixed"):
                     walls = []
                     for seed in range(through):  # one run at a time: queueing behind others is not dispatch
-                        campaign = do_create_campaign(None, "bench", [version], [plain], [variant], [seed])
+                        campaign = do_create_campaign("bench",
+                                                      CampaignPlan.build([version], [plain], [variant],
+                                                                         [seed]), acting_user=None)
                         wait_for_campaign(campaign, lambda line: None, timeout=600, interval=0.05)
                         run = campaign.runs.get()
                         dispatch.append((run.started_at - run.queued_at).total_seconds())

@@ -23,10 +23,9 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bugs.models import ReproducerVersion, ReviewState, StabilityCheck
-
-from .models import Alarm, Campaign, Environment, Run, RunStatus
-from .services import sync_detectors
+from bugs.models import ReproducerVersion, ReviewState
+from runners.models import Alarm, Campaign, Environment, Run, RunStatus, StabilityCheck
+from runners.registry import sync_detectors
 
 PREFIX = "synthetic"
 STEPS = 20

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from runners.loadbench import endpoints, gunicorn, hammer
+from devtools.loadbench import endpoints, gunicorn, hammer
 from runners.local_worker import database_url
 from runners.models import Alarm, Run
 

@@ -1,116 +1,91 @@
 """State changes of runs and campaigns, as named actions. PostgreSQL (or SQLite) is the truth;
-the broker only carries run IDs, so every action here is safe to repeat."""
+the broker only carries run IDs, so every action here is safe to repeat.
+
+Each action takes the acting user (None: the system, i.e. a worker, the reconciler or the operator's
+own management command). Permissions are checked by the callers (runners.permissions); a change that
+people make (create, cancel, retry) leaves an audit record (core.audit)."""
 import functools
-import hashlib
-import json
 import logging
 import socket
 import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Avg, F
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState, StabilityCheck, StabilityVerdict
+from bugs.actions import do_set_verification_verdict
+from core import audit
 
-from .detectors import all_plugins, get_plugin
-from .environment import gpu_inventory, host_facts, host_memory_mb, torch_cuda
-from .models import Alarm, Campaign, CampaignPurpose, Detector, Environment, Run, RunStatus, Worker
+from .detectors import get_plugin
+from .environment import host_capabilities, host_facts
+from .models import (
+    Alarm,
+    Campaign,
+    CampaignPurpose,
+    Environment,
+    FitArtifact,
+    Run,
+    RunStatus,
+    StabilityCheck,
+    StabilityVerdict,
+    Variant,
+    Worker,
+)
+from .plans import CampaignPlan
+from .registry import detector_record
 from .routing import queue_for, unservable_reason
+from .selectors import dispatched_runs, live_workers
 
 logger = logging.getLogger(__name__)
 STALE_RUN_GRACE = timedelta(minutes=5)
-CAPABILITY_FACTS = ("cpu", "cpu_count", "gpu", "cuda", "python", "packages")
 
 
-def config_hash(config):
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def detector_record(name, overrides=None):
-    """The Detector row for a plugin at its current version with this exact config."""
-    plugin = get_plugin(name)
-    config = plugin.config(overrides)
-    detector, _ = Detector.objects.get_or_create(
-        name=plugin.name, version=plugin.version, config_hash=config_hash(config),
-        defaults={"config": config, "description": plugin.description},
-    )
-    return detector
-
-
-def sync_detectors():
-    """Make sure every registered plugin has a row with its default config."""
-    return {name: detector_record(name) for name in all_plugins()}
-
-
-def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
-    """The latest approved version of each reproducer (CPU ones unless ``cuda``), of the given
-    bugs or of every bug that is not deprecated; of the clean reference pipelines if ``pipelines``."""
-    versions = ReproducerVersion.objects.filter(
-        review_state=ReviewState.APPROVED, reproducer__needs_cuda=cuda, reproducer__bug__isnull=pipelines,
-    ).exclude(reproducer__bug__status=BugStatus.DEPRECATED).select_related("reproducer__bug")
-    if bug_ids is not None:
-        versions = versions.filter(reproducer__bug__bug_id__in=bug_ids)
-    latest = {}
-    for version in versions.order_by("reproducer__bug__bug_id", "reproducer__name", "-created_at", "-id"):
-        latest.setdefault(version.reproducer_id, version)
-    return list(latest.values())
-
-
-def do_create_campaign(user, name, versions, detectors, variants=("buggy", "fixed"), seeds=(0,), steps=None,
-                       skip=None, enqueue=True, purpose=CampaignPurpose.MANUAL):
-    """Create the runs of a campaign and enqueue them once the transaction commits.
-
-    ``user`` is None for the operator's own management commands; a person needs the
-    ``runners.trigger_campaign`` permission. Only approved reproducer versions are accepted.
-    A clean reference pipeline has only its ``fixed`` variant; ``skip(version, detector)`` leaves
-    out other combinations. ``enqueue=False`` leaves the runs for the caller to execute itself.
-    """
-    if user is not None and not user.has_perm("runners.trigger_campaign"):
-        raise PermissionDenied("Only maintainers can trigger runs.")
-    unapproved = [str(version) for version in versions if not version.is_approved]
+def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True, *, acting_user):
+    """Create exactly the runs of ``plan`` (a runners.plans.CampaignPlan) as a campaign and enqueue them
+    once the transaction commits; ``enqueue=False`` leaves them for the caller to execute itself.
+    Approval is checked again here, so no path queues unapproved code."""
+    unapproved = sorted({str(run.version) for run in plan.runs if not run.version.is_approved})
     if unapproved:
         raise ValidationError(f"Not approved by a maintainer, so they cannot run: {', '.join(unapproved)}")
-    if not versions or not detectors or not variants or not seeds:
-        raise ValidationError("A campaign needs at least one reproducer, detector, variant and seed.")
     with transaction.atomic():
-        campaign = Campaign.objects.create(
-            name=name, created_by=user, purpose=purpose,
-            parameters={
-                "reproducers": [str(version) for version in versions],
-                "detectors": [str(detector) for detector in detectors],
-                "variants": list(variants), "seeds": list(seeds), "steps": steps,
-            },
-        )
+        campaign = Campaign.objects.create(name=name, created_by=acting_user, purpose=purpose,
+                                           parameters=plan.parameters)
         runs = Run.objects.bulk_create([
-            Run(campaign=campaign, reproducer_version=version, detector=detector, variant=variant, seed=seed,
-                steps=steps or version.default_steps, queue=queue_for(version))
-            for version in versions for variant in variants for seed in seeds for detector in detectors
-            if not (version.reproducer.is_reference_pipeline and variant != "fixed")
-            and not (skip and skip(version, detector))
+            Run(campaign=campaign, reproducer_version=run.version, detector=run.detector, variant=run.variant,
+                seed=run.seed, steps=plan.steps_of(run.version), queue=queue_for(run.version))
+            for run in plan.runs
         ])
         run_ids = [run.pk for run in runs]  # bulk_create returns keys on PostgreSQL and SQLite
+        audit.record(acting_user, "create", campaign, f"created {campaign} with {len(run_ids)} runs")
         if enqueue:
             transaction.on_commit(lambda: enqueue_runs(run_ids))
     return campaign
 
 
-def do_retry_failed_runs(user, campaign, runs=None):
+RETRY_RECORD_FIELDS = ("id", "status", "failure_reason", "attempts", "worker__hostname", "exit_code", "wall_seconds",
+                      "manifested", "finished_at")
+
+
+def do_retry_failed_runs(campaign, runs=None, *, acting_user):
     """Queue the failed and cancelled runs of ``campaign`` (or those of ``runs``) again, as new attempts.
 
-    Their results and alarms are cleared and the campaign is open again; the approval of each version
-    is checked again when it runs. Returns the IDs queued.
+    Their results and alarms are cleared and the campaign is open again; what they were (status, reason,
+    worker, ...) and who had cancelled the campaign are kept in the audit record. The approval of each
+    version is checked again when it runs. Returns the IDs queued.
     """
-    if user is not None and not user.has_perm("runners.trigger_campaign"):
-        raise PermissionDenied("Only maintainers can retry runs.")
     runs = (runs if runs is not None else campaign.runs.all()).filter(
         campaign=campaign, status__in=[RunStatus.FAILED, RunStatus.CANCELLED])
     with transaction.atomic():
-        Campaign.objects.select_for_update().get(pk=campaign.pk)  # serialises with do_complete_campaign
-        run_ids = list(runs.select_for_update().values_list("id", flat=True))
+        locked = Campaign.objects.select_for_update().get(pk=campaign.pk)  # serialises with do_complete_campaign
+        previous = list(runs.select_for_update(of=("self",)).values(*RETRY_RECORD_FIELDS))
+        run_ids = [run["id"] for run in previous]
+        if run_ids:
+            audit.record(acting_user, "retry", locked, f"queued {len(run_ids)} failed or cancelled run(s) again",
+                         runs=previous, alarms_cleared=Alarm.objects.filter(run_id__in=run_ids).count(),
+                         cancelled_at=locked.cancelled_at, cancelled_by=locked.cancelled_by_id,
+                         completed_at=locked.completed_at)
         Alarm.objects.filter(run_id__in=run_ids).delete()
         Run.objects.filter(pk__in=run_ids).update(
             status=RunStatus.QUEUED, failure_reason="", started_at=None, finished_at=None, worker=None,
@@ -122,12 +97,10 @@ def do_retry_failed_runs(user, campaign, runs=None):
     return run_ids
 
 
-def do_cancel_campaign(user, campaign):
+def do_cancel_campaign(campaign, *, acting_user):
     """Cancel the runs of ``campaign`` that have not started. Runs already executing finish and keep
     their results (a reproducer is never killed half-way by a cancel). Returns the IDs cancelled."""
-    if user is not None and not user.has_perm("runners.trigger_campaign"):
-        raise PermissionDenied("Only maintainers can cancel campaigns.")
-    who = user.get_username() if user is not None else "the operator"
+    who = audit.actor_label(acting_user)
     with transaction.atomic():
         Campaign.objects.select_for_update().get(pk=campaign.pk)
         queued = campaign.runs.select_for_update().filter(status=RunStatus.QUEUED)
@@ -137,12 +110,13 @@ def do_cancel_campaign(user, campaign):
             finished_at=timezone.now())
         if run_ids:  # nothing queued: nothing was cancelled, and the campaign keeps its state
             Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True, completed_at__isnull=True).update(
-                cancelled_at=timezone.now(), cancelled_by=user)
-    do_complete_campaign(campaign)
+                cancelled_at=timezone.now(), cancelled_by=acting_user)
+            audit.record(acting_user, "cancel", campaign, f"cancelled {len(run_ids)} queued run(s)", runs=run_ids)
+    do_complete_campaign(campaign, acting_user=acting_user)
     return run_ids
 
 
-def do_complete_campaign(campaign):
+def do_complete_campaign(campaign, *, acting_user=None):
     """Mark ``campaign`` completed if none of its runs is queued or running; True for the one call
     that does it. A completed verification campaign records the stability of what it ran.
 
@@ -157,50 +131,18 @@ def do_complete_campaign(campaign):
         campaign.completed_at = timezone.now()
         campaign.save(update_fields=["completed_at"])
         if campaign.purpose == CampaignPurpose.VERIFICATION and campaign.cancelled_at is None:
-            do_record_stability(campaign)
+            do_record_stability(campaign, acting_user=acting_user)
     return True
 
 
-def do_start_verification(user, versions, seeds=3, steps=None):
+def do_start_verification(versions, seeds=3, steps=None, *, acting_user):
     """Verification of approved bug reproducers through the normal pipeline: k seeds of buggy and fixed,
-    no detector. Its stability is recorded when its last run finishes (do_complete_campaign)."""
+    no detector. Its stability is recorded when its last run finishes (do_complete_campaign). Approving
+    a version starts it (runners.receivers), so approving does not also need the right to trigger runs."""
     names = ", ".join(str(version.reproducer) for version in versions[:3]) + (" ..." if len(versions) > 3 else "")
-    # Started by the system on the approver's behalf: approving does not also need the right to trigger runs.
-    campaign = do_create_campaign(None, f"verification k={seeds}: {names}", versions, [detector_record("plain")],
-                                  ["buggy", "fixed"], list(range(seeds)), steps, purpose=CampaignPurpose.VERIFICATION)
-    if user is not None:
-        Campaign.objects.filter(pk=campaign.pk).update(created_by=user)
-    return campaign
-
-
-def estimate_campaign(versions, detectors, variants, seeds, steps=None):
-    """How many runs a campaign would make and roughly how long they take on one worker slot.
-
-    Each run is estimated by the mean wall time per step of earlier succeeded runs of the same
-    reproducer under the same detector, else under any detector, times its steps; else a third of its
-    time limit (a guess, and said so).
-    """
-    reproducer_ids = {version.reproducer_id for version in versions}
-    means = {}
-    for reproducer_id, detector, seconds in (Run.objects.filter(
-            status=RunStatus.SUCCEEDED, reproducer_version__reproducer_id__in=reproducer_ids)
-            .values_list("reproducer_version__reproducer_id", "detector__name")
-            .annotate(mean=Avg(F("wall_seconds") / F("steps")))):
-        means[(reproducer_id, detector)] = seconds
-        means.setdefault((reproducer_id, None), seconds)
-    runs, seconds, guessed = 0, 0.0, 0
-    for version in versions:
-        for detector in detectors:
-            count = len(seeds) * sum(1 for variant in variants
-                                     if not (version.reproducer.is_reference_pipeline and variant != "fixed"))
-            per_step = means.get((version.reproducer_id, detector.name), means.get((version.reproducer_id, None)))
-            if per_step is None:
-                mean, guessed = version.time_limit_seconds / 3, guessed + count
-            else:
-                mean = per_step * (steps or version.default_steps)
-            runs += count
-            seconds += count * mean
-    return {"runs": runs, "seconds": round(seconds), "guessed_runs": guessed}
+    plan = CampaignPlan.build(versions, [detector_record("plain")], [Variant.BUGGY, Variant.FIXED], range(seeds), steps)
+    return do_create_campaign(f"verification k={seeds}: {names}", plan, CampaignPurpose.VERIFICATION,
+                              acting_user=acting_user)
 
 
 def enqueue_runs(run_ids):
@@ -208,14 +150,6 @@ def enqueue_runs(run_ids):
 
     for run_id, queue in Run.objects.filter(pk__in=run_ids).values_list("id", "queue"):
         execute_run.apply_async(args=[run_id], queue=queue)
-
-
-def host_capabilities():
-    """What this host offers runs: its GPUs (nvidia-smi), memory, CUDA and torch, besides the host facts."""
-    facts = host_facts()
-    torch = facts["packages"].get("torch", "")
-    return {**{key: facts[key] for key in CAPABILITY_FACTS}, "gpus": gpu_inventory(), "memory_mb": host_memory_mb(),
-            "torch": torch, "torch_cuda": torch_cuda(torch)}
 
 
 def do_register_worker(name, queues, concurrency=1):
@@ -254,6 +188,30 @@ def current_environment():
         },
     )
     return environment
+
+
+def do_record_heartbeat(worker_name):
+    """A worker is alive: its ``last_seen`` is now (the reconciler requeues the runs of silent workers)."""
+    return bool(Worker.objects.filter(hostname=worker_name).update(last_seen=timezone.now()))
+
+
+def do_attach_fit(run, artifact):
+    """The fit artifact a running run is checked against (recorded before it executes)."""
+    run.fit_artifact = artifact
+    Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(fit_artifact=artifact)
+
+
+def do_store_fit_artifact(detector, key, tool_version, content, summary, fit_seconds, references):
+    """Cache what a detector learned from its reference programs; if another worker stored the same fit
+    meanwhile, theirs is kept and returned."""
+    try:
+        with transaction.atomic():
+            artifact = FitArtifact.objects.create(detector=detector, key=key, tool_version=tool_version,
+                                                  content=content, summary=summary, fit_seconds=fit_seconds)
+            artifact.reference_versions.set(references)
+    except IntegrityError:
+        artifact = FitArtifact.objects.get(key=key)
+    return artifact
 
 
 def do_claim_run(run_id, worker):
@@ -340,7 +298,7 @@ def do_requeue_stale_runs(now=None):
     """The reaper: a run still 'running' long past its time limit lost its worker; queue it again."""
     now = now or timezone.now()
     requeued = []
-    for run in Run.objects.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
+    for run in dispatched_runs().filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
         allowed = get_plugin(run.detector.name).run_allowance(run.reproducer_version.time_limit_seconds)
         deadline = run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE
         if deadline < now:
@@ -352,12 +310,6 @@ def do_requeue_stale_runs(now=None):
     return requeued
 
 
-def live_workers(now=None):
-    """Workers seen within SILENTBENCH_WORKER_SEEN_MINUTES (their heartbeat keeps ``last_seen`` fresh)."""
-    now = now or timezone.now()
-    return Worker.objects.filter(last_seen__gte=now - timedelta(minutes=settings.SILENTBENCH_WORKER_SEEN_MINUTES))
-
-
 def do_flag_unservable_runs(now=None):
     """Fail the runs that nobody can serve instead of leaving them queued for ever: queued for longer
     than SILENTBENCH_UNSERVABLE_GRACE_MINUTES while no worker seen within SILENTBENCH_WORKER_SEEN_MINUTES
@@ -366,7 +318,7 @@ def do_flag_unservable_runs(now=None):
     workers = list(live_workers(now).order_by("hostname"))
     window = settings.SILENTBENCH_WORKER_SEEN_MINUTES
     served = {queue for worker in workers for queue in worker.queues}
-    waiting = (Run.objects.filter(status=RunStatus.QUEUED,
+    waiting = (dispatched_runs().filter(status=RunStatus.QUEUED,
                                   queued_at__lt=now - timedelta(minutes=settings.SILENTBENCH_UNSERVABLE_GRACE_MINUTES))
                .exclude(queue__in=served))
     failed, campaign_ids = [], set()
@@ -378,17 +330,17 @@ def do_flag_unservable_runs(now=None):
         failed += [run_id for run_id, _ in runs]
         campaign_ids.update(campaign_id for _, campaign_id in runs if campaign_id)
     for campaign in Campaign.objects.filter(pk__in=campaign_ids):
-        do_complete_campaign(campaign)
+        do_complete_campaign(campaign, acting_user=None)
     if failed:
         logger.warning("failed %d run(s) that no live worker can serve: %s", len(failed), failed)
     return failed
 
 
-def do_record_stability(campaign):
+def do_record_stability(campaign, *, acting_user=None):
     """Stability of every bug reproducer a verification campaign ran, and the bugs' new status.
 
-    Over the campaign's seeds: buggy manifested a/k, fixed b/k (DESIGN.md). A deprecated bug
-    keeps its status; a bug with several reproducers takes the worst verdict among them.
+    Over the campaign's seeds: buggy manifested a/k, fixed b/k (docs/reproducer-protocol.md). A
+    deprecated bug keeps its status; a bug with several reproducers takes the worst verdict among them.
     """
     tallies = {}
     for run in campaign.runs.select_related("reproducer_version__reproducer__bug", "environment"):
@@ -418,6 +370,5 @@ def do_record_stability(campaign):
             bug = check.reproducer_version.reproducer.bug
             by_bug[bug] = max(by_bug.get(bug, StabilityVerdict.VERIFIED), check.verdict, key=severity.index)
         for bug, verdict in by_bug.items():
-            if bug.status != BugStatus.DEPRECATED:
-                Bug.objects.filter(pk=bug.pk).update(status=verdict, updated_at=timezone.now())
+            do_set_verification_verdict(bug, verdict, acting_user=acting_user, campaign=campaign)
     return checks

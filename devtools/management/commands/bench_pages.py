@@ -16,10 +16,10 @@ from django.db.models import Count
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from bugs.models import Bug, Reproducer, ReproducerVersion, StabilityCheck
+from bugs.models import Bug, Reproducer, ReproducerVersion
+from devtools.loadbench import percentile
 from evaluation.models import Evaluation
-from runners.loadbench import percentile
-from runners.models import Alarm, Campaign, Environment, Run
+from runners.models import Alarm, Campaign, Environment, Run, StabilityCheck
 
 
 def pages():

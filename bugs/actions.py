@@ -1,0 +1,117 @@
+"""State changes of the catalog, as named actions. Each takes the acting user (None: the system or the
+operator's own command) and leaves an audit record; permissions are checked by the callers
+(bugs.permissions), so an action only enforces the domain's rules."""
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from core import audit
+
+from .catalog import content_hash, reproducer_fields, version_fields
+from .models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
+from .signals import version_approved
+from .submissions import reproducer_problems
+
+VERIFICATION_VERDICTS = (BugStatus.VERIFIED, BugStatus.FLAKY, BugStatus.UNREPRODUCIBLE)
+
+
+@transaction.atomic
+def do_deprecate_bug(bug: Bug, reason: str, *, acting_user) -> Bug:
+    """Retire a bug (never deleted; its ID is never reused)."""
+    if not reason.strip():
+        raise ValidationError("A deprecated bug needs a reason.")
+    previous = bug.status
+    bug.status = BugStatus.DEPRECATED
+    bug.deprecation_reason = reason.strip()
+    bug.save(update_fields=["status", "deprecation_reason", "updated_at"])
+    audit.record(acting_user, "deprecate", bug, f"deprecated {bug.bug_id}: {bug.deprecation_reason}",
+                 previous_status=previous)
+    return bug
+
+
+def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, campaign=None) -> bool:
+    """A verification's verdict becomes the bug's status (verified, flaky or unreproducible); a deprecated
+    bug keeps its status. True if the status was set."""
+    if verdict not in VERIFICATION_VERDICTS:
+        raise ValueError(f"{verdict!r} is not a verification verdict")
+    with transaction.atomic():
+        bug = Bug.objects.select_for_update().get(pk=bug.pk)
+        if bug.status == BugStatus.DEPRECATED:
+            return False
+        previous = bug.status
+        Bug.objects.filter(pk=bug.pk).update(status=verdict, updated_at=timezone.now())
+        if previous != verdict:
+            audit.record(acting_user, "verdict", bug, f"{bug.bug_id} is {BugStatus(verdict).label.lower()}"
+                         + (f" after {campaign}" if campaign else ""), previous_status=previous,
+                         campaign=campaign.pk if campaign else None)
+    return True
+
+
+@transaction.atomic
+def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None, *, acting_user) -> ReproducerVersion:
+    """A contributor's reproducer, stored as a version waiting for review. Nothing is queued or run.
+
+    With ``bug_fields`` it files a new bug (its ID must be new: IDs are never reused); with ``bug``
+    it is a new version of that bug's reproducer (the caller checked bugs.permissions.can_resubmit).
+    Raises ValidationError with every problem found.
+    """
+    manifest, problems = reproducer_problems(files)
+    if bug is None:
+        bug = Bug(**bug_fields, status=BugStatus.SUBMITTED, submitted_by=acting_user)
+        try:
+            bug.full_clean()
+        except ValidationError as error:
+            problems = [f"{name}: {' '.join(messages)}" for name, messages in error.message_dict.items()] + problems
+    elif bug.status == BugStatus.DEPRECATED:
+        problems = [f"{bug.bug_id} is deprecated: it takes no new versions."] + problems
+    if problems:
+        raise ValidationError(problems)
+    if bug.pk is None:
+        bug.save()
+    # A new reproducer takes its manifest's needs now; an existing one only when a version is approved,
+    # so that unreviewed code cannot re-route the runs of approved versions.
+    reproducer, _ = Reproducer.objects.get_or_create(bug=bug, name=reproducer_name,
+                                                     defaults=reproducer_fields(manifest))
+    digest = content_hash(files, manifest)
+    same = reproducer.versions.filter(content_hash=digest).first()
+    if same is not None:
+        raise ValidationError([f"These files are identical to version {same.short_hash} of {reproducer}: "
+                               f"nothing new to review."])
+    version = ReproducerVersion.objects.create(
+        reproducer=reproducer, content_hash=digest, files=files, manifest=manifest, submitted_by=acting_user,
+        review_state=ReviewState.PENDING, **version_fields(manifest))
+    audit.record(acting_user, "submit", version, f"submitted {version} for review")
+    return version
+
+
+@transaction.atomic
+def do_review_version(version: ReproducerVersion, approve: bool, note: str = "", verify: bool = True, *,
+                      acting_user) -> ReproducerVersion:
+    """A maintainer approves (or rejects) one exact version; only approved versions ever execute.
+
+    Approving a bug's reproducer starts its verification (k seeds of buggy and fixed, no detector;
+    bugs.signals.version_approved, which runners receives) unless ``verify`` is False.
+    """
+    if not approve and not note.strip():
+        raise ValidationError("A rejection needs a reason for the submitter.")
+    version = ReproducerVersion.objects.select_for_update().get(pk=version.pk)
+    if version.review_state != ReviewState.PENDING:
+        raise ValidationError(f"{version} was already reviewed ({version.get_review_state_display().lower()}).")
+    version.review_state = ReviewState.APPROVED if approve else ReviewState.REJECTED
+    version.reviewed_by = acting_user
+    version.reviewed_at = timezone.now()
+    version.review_note = note.strip()
+    version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
+    if approve and version.submitted_by_id is not None:
+        Reproducer.objects.filter(pk=version.reproducer_id).update(**reproducer_fields(version.manifest))
+    bug = version.reproducer.bug
+    if approve and bug is not None and bug.status == BugStatus.SUBMITTED:
+        bug.status = BugStatus.APPROVED
+        bug.save(update_fields=["status", "updated_at"])
+    summary = f"{'approved' if approve else 'rejected'} {version}" + (f": {version.review_note}" * bool(note.strip()))
+    audit.record(acting_user, "approve" if approve else "reject", version, summary)
+    if approve and bug is not None and verify:
+        version_approved.send(sender=ReproducerVersion, version=version, acting_user=acting_user,
+                              seeds=settings.SILENTBENCH_VERIFICATION_SEEDS)
+    return version

@@ -1,0 +1,22 @@
+"""Helpers shared by the management commands."""
+import argparse
+
+
+def comma_list(value):
+    """``--bugs DS-1801, SO-60335387`` -> ["DS-1801", "SO-60335387"]: an argparse ``type``."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def int_list(value):
+    """``--seeds 0,1,2`` -> [0, 1, 2]: an argparse ``type``, so a typo is a usage error, not a traceback."""
+    try:
+        return [int(item) for item in comma_list(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of whole numbers") from None
+
+
+def line_writer(stream):
+    """Write progress lines: rewritten in place on a terminal, one per line otherwise (logs, CI)."""
+    if not stream.isatty():
+        return lambda line: (stream.write(line + "\n"), stream.flush())
+    return lambda line: (stream.write("\r\033[K" + line), stream.flush())

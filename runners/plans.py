@@ -1,0 +1,170 @@
+"""One way to turn choices into a campaign: ``CampaignPlan`` resolves names (bugs, pipelines, detectors)
+into the exact approved versions and detector records, validates them, lists the runs, estimates their
+time and names them by a digest. The campaign builder, the API, the commands (run_campaign, verify_bugs,
+evaluate, quickstart) and the overhead measurement all build one, and ``do_create_campaign`` creates
+exactly the runs it lists."""
+import hashlib
+import json
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.db.models import Avg, F
+
+from core.enums import Variant
+
+from .detectors import all_plugins
+from .models import Run, RunStatus
+from .registry import detector_record, sync_detectors
+from .selectors import runnable_versions
+
+MAX_SEEDS = 100
+MAX_STEPS = 100_000
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    version: object
+    detector: object
+    variant: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """The runs of a campaign before it exists. Build one with :meth:`resolve` (from names) or
+    :meth:`build` (from versions and detector records already chosen)."""
+
+    versions: tuple
+    detectors: tuple
+    variants: tuple
+    seeds: tuple
+    steps: int | None
+    runs: tuple
+
+    @classmethod
+    def resolve(cls, bugs=None, pipelines=(), detectors=None, variants=(Variant.BUGGY, Variant.FIXED), seeds=(0,),
+                steps=None, cuda=False, skip=None):
+        """A plan from names. ``bugs`` None means every runnable bug, ``detectors`` None every detector;
+        each bug runs its CPU reproducers (and its CUDA ones with ``cuda``) at their latest approved
+        version; each named pipeline runs its fixed variant. Raises ValidationError({field: [problems]})
+        with every problem at once: a bug with nothing approved to run, an unknown pipeline or detector..."""
+        problems = {}
+        versions = []
+        if bugs is None or bugs:
+            found = runnable_versions(bugs) + (runnable_versions(bugs, cuda=True) if cuda else [])
+            versions += sorted(found, key=lambda v: (v.reproducer.bug.bug_id, v.reproducer.name))
+            covered = {version.reproducer.bug.bug_id for version in found}
+            missing = sorted(set(bugs or ()) - covered)
+            if missing:
+                what = "CPU or CUDA reproducer" if cuda else "CPU reproducer (CUDA ones need the CUDA option)"
+                problems["bugs"] = [f"{bug_id}: no approved {what}" for bug_id in missing]
+        if pipelines:
+            known = {version.reproducer.name: version for version in runnable_versions(pipelines=True)}
+            versions += [known[name] for name in sorted(set(pipelines)) if name in known]
+            unknown = sorted(set(pipelines) - set(known))
+            if unknown:
+                problems["pipelines"] = [f"{name}: no such clean pipeline (there are {', '.join(sorted(known))})"
+                                         for name in unknown]
+        records = []
+        if detectors is None:
+            records = list(sync_detectors().values())
+        else:
+            unknown = sorted(set(detectors) - set(all_plugins()))
+            if unknown:
+                problems["detectors"] = [f"unknown detector {name!r}; registered: {', '.join(all_plugins())}"
+                                         for name in unknown]
+            records = [detector_record(name) for name in dict.fromkeys(detectors) if name in all_plugins()]
+        try:
+            plan = cls.build(versions, records, variants, seeds, steps, skip)
+        except ValidationError as error:
+            for field, messages in error.message_dict.items():
+                problems.setdefault(field, messages)  # "pick at least one" adds nothing to a named problem
+            plan = None
+        if problems:
+            raise ValidationError(problems)
+        return plan
+
+    @classmethod
+    def build(cls, versions, detectors, variants=(Variant.BUGGY, Variant.FIXED), seeds=(0,), steps=None, skip=None):
+        """Every combination of versions x detectors x variants x seeds that can run: a clean pipeline
+        has only its fixed variant, and ``skip(version, detector)`` leaves out others (a detector's own
+        fit references). Only approved versions are accepted."""
+        variants, seeds = tuple(dict.fromkeys(variants)), tuple(sorted(set(seeds)))
+        problems = {}
+        unapproved = [str(version) for version in versions if not version.is_approved]
+        if unapproved:
+            problems["versions"] = [f"Not approved by a maintainer, so they cannot run: {', '.join(unapproved)}"]
+        if not versions:
+            problems.setdefault("bugs", []).append("Pick at least one bug or pipeline that has an approved reproducer.")
+        if not detectors:
+            problems["detectors"] = ["Pick at least one detector."]
+        bad_variants = [variant for variant in variants if variant not in Variant.values]
+        if not variants or bad_variants:
+            problems["variants"] = [f"Pick buggy, fixed or both{f' (not {bad_variants})' if bad_variants else ''}."]
+        if not seeds or len(seeds) > MAX_SEEDS or any(seed < 0 for seed in seeds):
+            problems["seeds"] = [f"Give between 1 and {MAX_SEEDS} seeds, none negative."]
+        if steps is not None and not 1 <= steps <= MAX_STEPS:
+            problems["steps"] = [f"Steps must be between 1 and {MAX_STEPS}."]
+        if problems:
+            raise ValidationError(problems)
+        runs = tuple(PlannedRun(version, detector, variant, seed)
+                     for version in versions for variant in variants for seed in seeds for detector in detectors
+                     if variant in version.reproducer.variants and not (skip and skip(version, detector)))
+        if not runs:
+            raise ValidationError({"variants": ["These choices make no run (a clean pipeline has only its fixed "
+                                                "variant)."]})
+        return cls(tuple(versions), tuple(detectors), variants, seeds, steps, runs)
+
+    @classmethod
+    def pairs(cls, workload, baseline, detectors, pairs, steps=None):
+        """Overhead pairs: for each detector, ``pairs`` pairs of (baseline, detector) runs of the
+        workload's fixed variant, each pair with its own baseline run and one seed on both sides."""
+        runs = []
+        for index, detector in enumerate(detectors):
+            for pair in range(pairs):
+                seed = index * pairs + pair
+                runs += [PlannedRun(workload, baseline, Variant.FIXED, seed),
+                         PlannedRun(workload, detector, Variant.FIXED, seed)]
+        plan = cls.build([workload], [baseline, *detectors], [Variant.FIXED], range(len(detectors) * pairs), steps)
+        return cls(plan.versions, plan.detectors, plan.variants, plan.seeds, steps, tuple(runs))
+
+    def steps_of(self, version):
+        return self.steps or version.default_steps
+
+    @property
+    def parameters(self):
+        """What the campaign records of its plan."""
+        return {"reproducers": [str(version) for version in self.versions],
+                "detectors": [str(detector) for detector in self.detectors],
+                "variants": list(self.variants), "seeds": list(self.seeds), "steps": self.steps}
+
+    def digest(self):
+        """Names exactly these runs; the builder's confirm needs the digest its preview showed, so a
+        campaign that was never previewed (choices changed, then Enter pressed) is not queued."""
+        cells = sorted((run.version.pk, run.detector.pk, run.variant, run.seed, self.steps_of(run.version))
+                       for run in self.runs)
+        return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:16]
+
+    def estimate(self):
+        """How many runs and roughly how long they take on one worker slot.
+
+        Each run is estimated by the mean wall time per step of earlier succeeded runs of the same
+        reproducer under the same detector, else under any detector, times its steps; else a third of
+        its time limit (a guess, and said so)."""
+        reproducer_ids = {version.reproducer_id for version in self.versions}
+        means = {}
+        for reproducer_id, detector, seconds in (Run.objects.filter(
+                status=RunStatus.SUCCEEDED, reproducer_version__reproducer_id__in=reproducer_ids)
+                .values_list("reproducer_version__reproducer_id", "detector__name")
+                .annotate(mean=Avg(F("wall_seconds") / F("steps")))):
+            means[(reproducer_id, detector)] = seconds
+            means.setdefault((reproducer_id, None), seconds)
+        seconds, guessed = 0.0, 0
+        for run in self.runs:
+            reproducer_id = run.version.reproducer_id
+            per_step = means.get((reproducer_id, run.detector.name), means.get((reproducer_id, None)))
+            if per_step is None:
+                seconds, guessed = seconds + run.version.time_limit_seconds / 3, guessed + 1
+            else:
+                seconds += per_step * self.steps_of(run.version)
+        return {"runs": len(self.runs), "seconds": round(seconds), "guessed_runs": guessed}

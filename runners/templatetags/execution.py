@@ -1,0 +1,47 @@
+"""What the catalog's pages show of execution: a bug's or pipeline's runs, its stability checks and their
+history, and the verification of each submitted version. Tags, so that the catalog app (bugs) renders
+them without importing runners (the apps depend one way: bugs <- runners <- evaluation)."""
+from django import template
+from django.core.paginator import Paginator
+from django.db.models import Max, OuterRef, Subquery
+
+from bugs.models import Reproducer
+
+from ..charts import stability_chart
+from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, runs_for_listing
+
+register = template.Library()
+VERSION_CONTENT = ("reproducer_version__files", "reproducer_version__manifest")
+
+
+@register.simple_tag(takes_context=True)
+def execution_of(context, cards, bug=None):
+    """One page of the runs of the cards' reproducers (newest first), and the stability history of ``bug``.
+    Sets each card's ``stability`` to its reproducer's last check. Four queries, whatever the history."""
+    ids = [card["reproducer"].pk for card in cards]
+    last_check = (StabilityCheck.objects.filter(reproducer_version__reproducer=OuterRef("pk"))
+                  .order_by("-checked_at", "-id").values("pk")[:1])
+    checks = {check.reproducer_version.reproducer_id: check for check in StabilityCheck.objects.filter(
+        pk__in=Reproducer.objects.filter(pk__in=ids).values(last=Subquery(last_check)))
+        .select_related("environment", "reproducer_version").defer(*VERSION_CONTENT)}
+    for card in cards:
+        card["stability"] = checks.get(card["reproducer"].pk)
+    runs = runs_for_listing(Run.objects.filter(reproducer_version__reproducer__in=ids).order_by("-queued_at", "-id"))
+    page = Paginator(runs, 50).get_page(context["request"].GET.get("page"))
+    chart = None
+    if bug is not None:
+        chart = stability_chart(StabilityCheck.objects.filter(reproducer_version__reproducer__bug=bug)
+                                .select_related("environment", "reproducer_version__reproducer")
+                                .defer(*VERSION_CONTENT))
+    return {"runs": page.object_list, "page_obj": page, "stability_chart": chart}
+
+
+@register.simple_tag
+def attach_verifications(versions):
+    """Set ``version.verification`` to the latest verification campaign that ran each version (or None)."""
+    latest = dict(Run.objects.filter(reproducer_version__in=versions, campaign__purpose=CampaignPurpose.VERIFICATION)
+                  .values_list("reproducer_version_id").annotate(campaign=Max("campaign_id")))
+    campaigns = Campaign.objects.in_bulk(latest.values())
+    for version in versions:
+        version.verification = campaigns.get(latest.get(version.pk))
+    return ""
