@@ -1,4 +1,4 @@
-"""The roles of DESIGN.md. Anonymous: browse and export. Contributor (any signed-in user): submit
+"""The roles (docs/accounts.md). Anonymous: browse and export. Contributor (any signed-in user): submit
 bugs and reproducers. Maintainer (the Maintainers group): approve, trigger runs, deprecate.
 Staff: the admin. The API applies the same rules to a token's user."""
 MAINTAINERS_GROUP = "Maintainers"

@@ -4,6 +4,8 @@ import plotly.graph_objects as go
 
 from core.charts import LAYOUT, Chart, as_dict, label
 
+from .tables import cell_text
+
 
 def detection_heatmap(detection):
     """Bug x detector, coloured by the fraction of buggy runs detected; cells read ``detected/buggy``."""
@@ -21,7 +23,7 @@ def detection_heatmap(detection):
                 continue
             false_alarms = (cell["fixed_runs_with_alarm"] or 0) + (cell["pre_trigger_false_alarm_runs"] or 0)
             z[-1].append(cell["detection_rate"])
-            text[-1].append(f"{cell['detected_runs']}/{cell['buggy_runs']}" + (" FA" if false_alarms else ""))
+            text[-1].append(cell_text(cell))
             hover[-1].append(label(f"detected {cell['detected_runs']}/{cell['buggy_runs']} buggy runs; "
                                    f"{cell['outcome']}") + (f"<br>false alarms in {false_alarms} run(s)"
                                                             if false_alarms else ""))

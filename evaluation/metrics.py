@@ -1,4 +1,4 @@
-"""The metric definitions of DESIGN.md, as pure functions over plain data.
+"""The benchmark's metric definitions, as pure functions over plain data.
 
 * A buggy run is **detected** when it has an alarm at a step >= its trigger step.
   Alarms before the trigger step are **false alarms**.
@@ -6,7 +6,7 @@
   time at which the trigger step began (seconds).
 * **False-positive rate**: clean runs with at least one alarm / clean runs, Wilson 95% interval.
 
-Beyond DESIGN.md, for detectors that alarm on clean programs too (TrainCheck): a buggy run is
+Beyond these, for detectors that alarm on clean programs too (TrainCheck): a buggy run is
 **detected beyond its fixed twin** when a qualifying alarm's rule did not also fire on the fixed
 run of the same seed, i.e. the detector tells the buggy program from the fixed one.
 """

@@ -5,7 +5,7 @@ from django.utils import timezone
 from core.exports import export
 
 from .overhead import OVERHEAD_COLUMNS
-from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS
+from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS, cell_text
 
 FIT_COLUMNS = ["detector", "references", "invariants", "collect_seconds", "infer_seconds", "fit_seconds", "cached"]
 
@@ -27,12 +27,7 @@ def detection_matrix(records):
             if cell is None:
                 row[detector] = "–"
                 continue
-            text = f"{cell['detected_runs']}/{cell['buggy_runs']}"
-            if cell["detected_runs"] and not cell.get("detected_beyond_fixed_runs"):
-                text += " (=fixed)"
-            if cell["fixed_runs_with_alarm"] or cell["pre_trigger_false_alarm_runs"]:
-                text += " FA"
-            row[detector] = text
+            row[detector] = cell_text(cell)
         rows.append(row)
     return _table(rows, ["bug", *detectors])
 
@@ -72,7 +67,7 @@ def render(evaluation):
         f"{parameters.get('runs', '?')} runs ({parameters.get('failed_runs', '?')} failed, "
         f"{parameters.get('retried_runs', 0)} retried with `manage.py retry_failed`); "
         f"torch {parameters.get('torch', '?')}, traincheck {parameters.get('traincheck', '?')}.\n",
-        "Definitions are those of DESIGN.md: a buggy run is detected by an alarm at or after its trigger step; "
+        "Definitions (evaluation/metrics.py): a buggy run is detected by an alarm at or after its trigger step; "
         "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "
         "alarms. FP intervals are Wilson 95%. Overhead is the median over interleaved plain/instrumented pairs.\n",
         "## Summary\n", headline(tables),

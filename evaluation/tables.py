@@ -155,6 +155,18 @@ def run_latencies(judged):
     return pd.DataFrame.from_records(records, columns=RUN_LATENCY_COLUMNS)
 
 
+def cell_text(cell):
+    """A detection matrix cell in words, the same in every table and plot: detected buggy runs / buggy runs,
+    "(=fixed)" when every qualifying alarm also fired on the fixed twin, "FA" when the detector raised a
+    false alarm on this bug (before the trigger step, or on the fixed variant)."""
+    text = f"{cell['detected_runs']}/{cell['buggy_runs']}"
+    if cell["detected_runs"] and not cell.get("detected_beyond_fixed_runs"):
+        text += " (=fixed)"
+    if (cell.get("fixed_runs_with_alarm") or 0) + (cell.get("pre_trigger_false_alarm_runs") or 0):
+        text += " FA"
+    return text
+
+
 def matrix(detection):
     """Bug x detector pivot of the outcome labels, for the results page."""
     if detection.empty:

@@ -1,4 +1,4 @@
-"""Sign-up, roles and named API tokens (DESIGN.md's roles; the API uses tokens with the same rules)."""
+"""Sign-up, roles and named API tokens (the roles of docs/accounts.md; the API uses tokens with the same rules)."""
 from datetime import timedelta
 
 import pytest

@@ -1,4 +1,4 @@
-"""DESIGN.md's metric definitions on hand-built alarm sets."""
+"""The metric definitions (evaluation/metrics.py) on hand-built alarm sets."""
 import pytest
 
 from evaluation.metrics import (

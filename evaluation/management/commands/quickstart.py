@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, int_list, line_writer
-from evaluation.tables import detection_table
+from evaluation.tables import cell_text, detection_table
 from runners.detectors import all_plugins
 from runners.local_worker import local_worker, log_tail, stop_process
 from runners.management.commands.run_campaign import create_campaign_from_options
@@ -76,10 +76,10 @@ class Command(BaseCommand):
 
     def report(self, campaign, progress):
         table = detection_table(campaign.runs.all())
-        self.stdout.write("\nDetection matrix (detected buggy runs / buggy runs; fixed runs that alarmed):")
+        self.stdout.write("\nDetection matrix (outcome, detected buggy runs / buggy runs; =fixed: the same alarm on "
+                          "the fixed variant; FA: a false alarm):")
         if not table.empty:
-            view = table.assign(cell=table["outcome"] + " " + table["detected_runs"].astype(str) + "/"
-                                + table["buggy_runs"].astype(str) + " FA " + table["fixed_runs_with_alarm"].astype(str))
+            view = table.assign(cell=[f"{cell['outcome']} {cell_text(cell)}" for cell in table.to_dict("records")])
             self.stdout.write(view.pivot(index="bug", columns="detector", values="cell").to_string())
         failed = campaign.runs.filter(status="failed")
         for run in failed:

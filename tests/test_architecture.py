@@ -1,0 +1,204 @@
+"""The shape of the code: apps import one way, every campaign comes from one CampaignPlan, and the changes
+people make (cancel, retry, approve, reject, deprecate) leave a record that their pages show."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from bugs.actions import do_deprecate_bug, do_review_version
+from bugs.models import BugStatus, ReviewState
+from core.models import AuditEvent
+from runners.actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from runners.models import Campaign, CampaignPurpose, RunStatus
+from runners.plans import CampaignPlan
+from runners.registry import detector_record
+
+from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(settings.BASE_DIR)
+# Each app may import only the apps to its right (core imports none of them).
+ALLOWED = {
+    "core": set(),
+    "bugs": {"core"},
+    "runners": {"core", "bugs"},
+    "evaluation": {"core", "bugs", "runners"},
+    "accounts": {"core"},
+    "devtools": {"core", "bugs", "runners", "evaluation"},
+}
+
+
+def imported_apps(app):
+    """{(module path, imported app)} for every import of another project app in ``app`` (migrations aside)."""
+    found = set()
+    for path in (ROOT / app).rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
+            found |= {(str(path.relative_to(ROOT)), name.split(".")[0]) for name in names
+                      if name.split(".")[0] in ALLOWED and name.split(".")[0] != app}
+    return found
+
+
+@pytest.mark.parametrize("app", sorted(ALLOWED))
+def test_apps_import_one_way(app):
+    wrong = sorted((path, other) for path, other in imported_apps(app) if other not in ALLOWED[app])
+    assert not wrong, f"{app} may import only {sorted(ALLOWED[app])}: {wrong}"
+
+
+def test_devtools_is_not_installed_in_production(tmp_path):
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "benchmark_site.settings", "DJANGO_ENV": "production",
+           "DJANGO_SECRET_KEY": "x" * 50, "DJANGO_ALLOWED_HOSTS": "example.org", "SILENTBENCH_VAR_DIR": str(tmp_path)}
+    apps = subprocess.run([sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+                           "print(' '.join(settings.INSTALLED_APPS))"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.split()
+    assert "runners" in apps and "devtools" not in apps
+    assert "devtools" in settings.INSTALLED_APPS  # development and tests have it
+
+
+@pytest.fixture
+def versions():
+    bug = BugFactory(bug_id="TEST-PLAN")
+    cpu = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, name="cpu"))
+    cuda = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, name="cuda", needs_cuda=True))
+    pipeline = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=None, name="clean-mlp"))
+    return cpu, cuda, pipeline
+
+
+def test_a_plan_resolves_names_into_exact_runs(versions):
+    cpu, cuda, pipeline = versions
+    plan = CampaignPlan.resolve(bugs=["TEST-PLAN"], pipelines=["clean-mlp"], detectors=["plain", "nan_inf"],
+                                seeds=[1, 0, 1], steps=7)
+    assert plan.versions == (cpu, pipeline) and plan.seeds == (0, 1)
+    # the bug: 2 variants; the pipeline: its fixed variant only; x 2 detectors x 2 seeds
+    assert len(plan.runs) == (2 + 1) * 2 * 2
+    assert {run.variant for run in plan.runs if run.version == pipeline} == {"fixed"}
+    assert len(CampaignPlan.resolve(bugs=["TEST-PLAN"], detectors=["plain"], cuda=True).runs) == 4
+    assert plan.digest() != CampaignPlan.resolve(bugs=["TEST-PLAN"], pipelines=["clean-mlp"],
+                                                 detectors=["plain", "nan_inf"], seeds=[0, 1]).digest()
+
+
+def test_a_plan_reports_every_problem_at_once(versions):
+    with pytest.raises(Exception) as raised:
+        CampaignPlan.resolve(bugs=["TEST-PLAN", "TEST-NONE"], pipelines=["nope"], detectors=["crystal_ball"],
+                             seeds=[], steps=0)
+    problems = raised.value.message_dict
+    assert set(problems) == {"bugs", "pipelines", "detectors", "seeds", "steps"}
+    assert "TEST-NONE: no approved CPU reproducer" in problems["bugs"][0]
+
+
+def test_the_api_plans_like_the_builder_with_pipelines_cuda_and_steps(versions):
+    cpu, cuda, pipeline = versions
+    api = APIClient()
+    api.force_authenticate(MaintainerFactory())
+    body = {"name": "api", "bugs": ["TEST-PLAN"], "pipelines": ["clean-mlp"], "include_cuda": True,
+            "detectors": ["plain"], "seeds": [0, 1], "steps": 5}
+    preview = api.post("/api/campaigns/preview/", body, format="json").json()
+    plan = CampaignPlan.resolve(bugs=["TEST-PLAN"], pipelines=["clean-mlp"], detectors=["plain"], seeds=[0, 1],
+                                steps=5, cuda=True)
+    assert preview["runs"] == len(plan.runs) == 10 and preview["plan"] == plan.digest()
+    created = api.post("/api/campaigns/", body, format="json")
+    assert created.status_code == 201, created.content
+    campaign = Campaign.objects.get(pk=created.json()["id"])
+    assert campaign.runs.count() == 10 and set(campaign.runs.values_list("steps", flat=True)) == {5}
+    assert campaign.runs.filter(reproducer_version=cuda).exists()
+    bad = api.post("/api/campaigns/preview/", {**body, "pipelines": ["nope"]}, format="json")
+    assert bad.status_code == 400 and "nope: no such clean pipeline" in str(bad.json()["pipelines"])
+
+
+def test_run_campaign_command_uses_the_same_plan(versions):
+    call_command("run_campaign", "--bugs", "TEST-PLAN", "--pipelines", "clean-mlp", "--detectors", "plain",
+                 "--seeds", "0,1", "--steps", "5")
+    campaign = Campaign.objects.get()
+    assert campaign.runs.count() == 6 and campaign.created_by is None
+    with pytest.raises(Exception, match="TEST-NONE: no approved CPU reproducer"):
+        call_command("run_campaign", "--bugs", "TEST-NONE", "--detectors", "plain")
+
+
+def test_overhead_pairs_each_have_their_own_baseline(versions):
+    _, _, pipeline = versions
+    plain, detector = detector_record("plain"), detector_record("nan_inf")
+    plan = CampaignPlan.pairs(pipeline, plain, [detector], pairs=3)
+    campaign = do_create_campaign("overhead", plan, CampaignPurpose.OVERHEAD, enqueue=False, acting_user=None)
+    runs = list(campaign.runs.order_by("id"))
+    assert [(run.detector.name, run.seed) for run in runs] == [
+        ("plain", 0), ("nan_inf", 0), ("plain", 1), ("nan_inf", 1), ("plain", 2), ("nan_inf", 2)]
+    from runners.reconciler import do_reenqueue_lost_runs
+    from runners.selectors import dispatched_runs
+
+    assert not dispatched_runs().filter(campaign=campaign).exists()  # the reconciler leaves them to their timer
+    assert do_reenqueue_lost_runs() == []
+
+
+def test_cancel_and_retry_leave_a_record_on_the_campaign_page(client, versions):
+    cpu, _, _ = versions
+    maintainer = MaintainerFactory(username="mia")
+    campaign = do_create_campaign("c", CampaignPlan.build([cpu], [detector_record("plain")]), enqueue=False,
+                                  acting_user=maintainer)
+    failed = campaign.runs.get(variant="buggy")
+    campaign.runs.filter(pk=failed.pk).update(status=RunStatus.FAILED, failure_reason="Crashed: <b>boom</b>")
+    do_cancel_campaign(campaign, acting_user=maintainer)
+    do_retry_failed_runs(campaign, acting_user=maintainer)
+    assert list(AuditEvent.objects.about(campaign).values_list("action", flat=True)) == ["retry", "cancel", "create"]
+    retry = AuditEvent.objects.about(campaign).get(action="retry")
+    assert retry.detail["cancelled_by"] == maintainer.pk and retry.detail["cancelled_at"]
+    page = client.get(campaign.get_absolute_url()).content.decode()
+    assert "cancelled 1 queued run(s)" in page and "queued 2 failed or cancelled run(s) again" in page
+    assert "Crashed: &lt;b&gt;boom&lt;/b&gt;" in page and "<b>boom</b>" not in page  # the old reason, as text
+
+
+def test_review_and_deprecation_leave_a_record_on_their_pages(client):
+    version = ReproducerVersionFactory(review_state=ReviewState.PENDING,
+                                       reproducer=ReproducerFactory(bug=BugFactory(status=BugStatus.SUBMITTED)))
+    maintainer = MaintainerFactory(username="rev")
+    do_review_version(version, approve=False, note="no seed handling", acting_user=maintainer)
+    client.force_login(maintainer)
+    page = client.get(f"/review/{version.pk}/").content.decode()
+    assert "rejected" in page and "no seed handling" in page and ">rev<" in page
+    bug = BugFactory(bug_id="TEST-OLD")
+    do_deprecate_bug(bug, "duplicate of TEST-9", acting_user=None)
+    page = client.get("/bugs/TEST-OLD/").content.decode()
+    assert "deprecated TEST-OLD: duplicate of TEST-9" in page and "the system" in page
+
+
+def test_a_verification_verdict_is_recorded_by_the_catalogs_action():
+    from runners.actions import do_record_stability
+
+    bug = BugFactory(status=BugStatus.APPROVED)
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
+    campaign = Campaign.objects.create(name="v", purpose=CampaignPurpose.VERIFICATION)
+    for variant, manifested in (("buggy", True), ("fixed", False)):
+        RunFactory(campaign=campaign, reproducer_version=version, variant=variant, status=RunStatus.SUCCEEDED,
+                   manifested=manifested)
+    do_record_stability(campaign)
+    bug.refresh_from_db()
+    assert bug.status == BugStatus.VERIFIED
+    assert AuditEvent.objects.about(bug).get(action="verdict").detail["previous_status"] == BugStatus.APPROVED
+
+
+def test_the_repository_cites_only_files_it_has():
+    """Every Markdown file named anywhere, and every relative link in the docs, is a file of this repository."""
+    tracked = [path for path in ROOT.rglob("*") if path.is_file() and path.suffix in {".md", ".py", ".html", ".yaml"}
+               and not {".venv", ".git", "var", "node_modules"} & set(path.relative_to(ROOT).parts)]
+    names = {path.name for path in ROOT.rglob("*.md") if ".venv" not in path.parts}
+    missing = []
+    for path in tracked:
+        text = path.read_text(errors="replace")
+        for cited in set(re.findall(r"(?<![\w:/.-])((?:[\w.-]+/)*[A-Za-z][\w-]*\.md)\b", text)):
+            if cited.rsplit("/", 1)[-1] not in names:
+                missing.append((str(path.relative_to(ROOT)), cited))
+        if path.suffix == ".md":
+            for link in re.findall(r"\]\((?!https?:|#|mailto:)([^)#\s]+)", text):
+                if not (path.parent / link).exists():
+                    missing.append((str(path.relative_to(ROOT)), link))
+    assert not missing, missing
