@@ -22,7 +22,8 @@ from django.conf import settings
 from django.db.models import Count
 
 from bugs.models import Bug
-from runners.models import Run
+from core.enums import Variant
+from runners.models import Run, RunStatus
 from runners.plans import CampaignPlan
 
 
@@ -172,7 +173,7 @@ def gunicorn(database_url, workers, log_path, port=None):
 
 def run_specs(versions, count):
     """``count`` (version, variant, seed) triples cycling over the versions and both variants."""
-    combos = [(version, variant) for version in versions for variant in ("buggy", "fixed")]
+    combos = [(version, variant) for version in versions for variant in Variant.values]
     return [(*combos[i % len(combos)], i // len(combos)) for i in range(count)]
 
 
@@ -245,7 +246,7 @@ def throughput_summary(runs, direct, workers, idle=None):
     executing = [run.wall_seconds for run in runs if run.wall_seconds is not None]
     around = [(run.finished_at - run.started_at).total_seconds() - run.wall_seconds
               for run in runs if run.wall_seconds is not None]
-    failed = sum(run.status != "succeeded" for run in runs)
+    failed = sum(run.status != RunStatus.SUCCEEDED for run in runs)
     direct_wall = statistics.mean(wall_seconds for wall_seconds, _, _ in direct)
     direct_runs = [seconds for _, _, each in direct for seconds in each if seconds is not None]
     median = lambda values: f"{statistics.median(values):.2f}" if values else "-"  # noqa: E731

@@ -14,6 +14,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from core.enums import Variant
+
 
 @dataclass(frozen=True)
 class AlarmPoint:
@@ -40,7 +42,7 @@ def judge_run(variant, trigger_step, trigger_time, alarms):
 
     A buggy run without a trigger step is judged as if the fault were active from step 0.
     """
-    if variant != "buggy":
+    if variant != Variant.BUGGY:
         return RunVerdict(detected=False, false_alarms=len(alarms))
     trigger = trigger_step or 0
     qualifying = sorted((a for a in alarms if a.step >= trigger), key=lambda a: (a.step, a.time or 0))

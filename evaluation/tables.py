@@ -3,6 +3,7 @@ from collections import defaultdict
 
 import pandas as pd
 
+from core.enums import Variant
 from runners.models import Alarm, Run, RunStatus
 
 from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run, median_or_none, wilson_interval
@@ -64,8 +65,8 @@ def detection_table(runs=None, judged=None):
         cells[key].append((row, verdict))
     records = []
     for (bug, reproducer, detector), judged in sorted(cells.items()):
-        buggy = [(row, verdict) for row, verdict in judged if row["variant"] == "buggy"]
-        fixed = [(row, verdict) for row, verdict in judged if row["variant"] == "fixed"]
+        buggy = [(row, verdict) for row, verdict in judged if row["variant"] == Variant.BUGGY]
+        fixed = [(row, verdict) for row, verdict in judged if row["variant"] == Variant.FIXED]
         detected = [verdict for _, verdict in buggy if verdict.detected]
         fixed_rules = {row["seed"]: {alarm.rule for alarm in row["alarms"]} for row, _ in fixed}
         beyond_fixed = sum(1 for row, _ in buggy if row["seed"] in fixed_rules
@@ -95,7 +96,7 @@ def false_positive_table(runs=None, judged=None):
     """
     totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0, "deployed": 0, "failed": 0})
     for row, verdict, alarm_count in _judged(runs, judged):
-        if row["variant"] != "fixed":
+        if row["variant"] != Variant.FIXED:
             continue
         total = totals[row["detector__name"]]
         total["runs"] += 1
@@ -124,7 +125,7 @@ def latency_table(runs=None, judged=None):
     """Per detector, over detected buggy runs: steps and seconds from the trigger to the first alarm."""
     by_detector = defaultdict(lambda: {"bugs": set(), "steps": [], "seconds": []})
     for row, verdict, _ in _of_bugs(_judged(runs, judged)):
-        if row["variant"] == "buggy" and verdict.detected:
+        if row["variant"] == Variant.BUGGY and verdict.detected:
             entry = by_detector[row["detector__name"]]
             entry["bugs"].add(row["reproducer_version__reproducer__bug__bug_id"])
             entry["steps"].append(verdict.latency_steps)
@@ -150,7 +151,7 @@ def run_latencies(judged):
         "reproducer": row["reproducer_version__reproducer__name"], "seed": row["seed"], "run": row["id"],
         "latency_steps": verdict.latency_steps, "latency_seconds": _round(verdict.latency_seconds),
         "rule": verdict.first_rule,
-    } for row, verdict, _ in _of_bugs(judged) if row["variant"] == "buggy" and verdict.detected]
+    } for row, verdict, _ in _of_bugs(judged) if row["variant"] == Variant.BUGGY and verdict.detected]
     records.sort(key=lambda r: (r["detector"], r["bug"], r["reproducer"], r["seed"], r["run"]))
     return pd.DataFrame.from_records(records, columns=RUN_LATENCY_COLUMNS)
 

@@ -2,6 +2,7 @@
 import plotly.graph_objects as go
 
 from core.charts import LAYOUT, PALETTE, VARIANT_COLOURS, Chart, as_dict, label
+from core.enums import Variant
 
 # A loss that explodes on the buggy variant flattens the fixed curve: let the reader switch to a log axis.
 LOG_AXIS_MENU = {
@@ -30,10 +31,10 @@ def loss_figure(runs_with_alarms):
             figure.add_trace(go.Scatter(
                 x=[a.step for a in alarms], y=[loss_at.get(a.step) for a in alarms], mode="markers",
                 name=f"alarms ({run.variant})",
-                marker={"symbol": "x", "size": 12, "color": "#000" if run.variant == "buggy" else "#e67e22"},
+                marker={"symbol": "x", "size": 12, "color": "#000" if run.variant == Variant.BUGGY else "#e67e22"},
                 text=[label(f"{a.rule}: {a.message}") for a in alarms], hoverinfo="text+x",
             ))
-        if run.trigger_step is not None and run.variant == "buggy":
+        if run.trigger_step is not None and run.variant == Variant.BUGGY:
             figure.add_vline(x=run.trigger_step, line_dash="dash", line_color="#888",
                              annotation_text="trigger step")
     figure.update_layout(xaxis_title="step", yaxis_title="loss", height=380, margin={"t": 30, "r": 10},
@@ -55,14 +56,14 @@ def stability_chart(checks):
     figure = go.Figure()
     for index, environment in enumerate(environments):
         mine = [c for c in checks if environment_label(c.environment) == environment]
-        for variant, symbol in (("buggy", "circle"), ("fixed", "x")):
-            counts = [c.buggy_manifested if variant == "buggy" else c.fixed_manifested for c in mine]
+        for variant, symbol in ((Variant.BUGGY, "circle"), (Variant.FIXED, "x")):
+            counts = [c.buggy_manifested if variant == Variant.BUGGY else c.fixed_manifested for c in mine]
             figure.add_trace(go.Scatter(
                 x=[c.checked_at.isoformat() for c in mine], y=[n / c.seeds if c.seeds else None
                                                                 for n, c in zip(counts, mine)],
                 mode="lines+markers", name=label(f"{variant} · {environment}"),
                 legendgroup=str(index), line={"color": PALETTE[index % len(PALETTE)],
-                                              "dash": "solid" if variant == "buggy" else "dot"},
+                                              "dash": "solid" if variant == Variant.BUGGY else "dot"},
                 marker={"symbol": symbol, "size": 10},
                 text=[label(f"{c.reproducer_version.reproducer.name} @ {c.reproducer_version.short_hash}: "
                             f"{variant} {n}/{c.seeds}, {c.get_verdict_display().lower()}"

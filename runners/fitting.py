@@ -10,6 +10,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.enums import Variant
+
 from .actions import do_store_fit_artifact
 from .detectors import get_plugin
 from .execution import materialize, run_limits, scrubbed_environment
@@ -82,7 +84,7 @@ def ensure_fit(detector, version):
             program_dir = workdir / f"program-{index}"
             materialize(reference.files, program_dir)
             programs.append((program_dir, reference.entrypoint,
-                             ["--variant", "fixed", "--seed", str(config.get("fit_seed", 0)),
+                             ["--variant", Variant.FIXED, "--seed", str(config.get("fit_seed", 0)),
                               "--steps", str(reference.default_steps)]))
         env = scrubbed_environment(workdir, workdir / "fit-report.jsonl", plugin.name, config, instrumented=False)
         longest = max(references, key=lambda v: v.time_limit_seconds)

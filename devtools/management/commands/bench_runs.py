@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from core.enums import Variant
 from devtools.loadbench import idle_dispatch, run_direct, run_specs, run_through_workers, throughput_summary
 from runners.actions import do_create_campaign
 from runners.execution import materialize
@@ -68,7 +69,7 @@ class Command(BaseCommand):
 
         alone = {}
         for version in versions:
-            for variant in ("buggy", "fixed"):
+            for variant in Variant.values:
                 times = [run_alone(version, variant, seed) for seed in range(repeat)]
                 alone[(str(version.reproducer), variant)] = statistics.median(times)
 
@@ -78,7 +79,7 @@ class Command(BaseCommand):
             time.sleep(3)  # let the worker connect before the first measurement
             pipeline, dispatch = {}, []
             for version in versions:
-                for variant in ("buggy", "fixed"):
+                for variant in Variant.values:
                     walls = []
                     for seed in range(through):  # one run at a time: queueing behind others is not dispatch
                         campaign = do_create_campaign("bench",

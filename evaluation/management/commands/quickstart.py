@@ -8,10 +8,12 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, int_list, line_writer
+from core.enums import Variant
 from evaluation.tables import cell_text, detection_table
 from runners.detectors import all_plugins
 from runners.local_worker import local_worker, log_tail, stop_process
 from runners.management.commands.run_campaign import create_campaign_from_options
+from runners.models import RunStatus
 from runners.progress import wait_for_campaign
 
 
@@ -47,7 +49,7 @@ class Command(BaseCommand):
                         start_new_session=True)
                     self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live progress under /campaigns/)")
                 campaign = create_campaign_from_options({
-                    "name": "quickstart", "bugs": bugs, "variants": ["buggy", "fixed"],
+                    "name": "quickstart", "bugs": bugs, "variants": Variant.values,
                     "detectors": detectors or [name for name, plugin in all_plugins().items() if not plugin.needs_fit],
                     "seeds": seeds, "steps": None,
                 })
@@ -81,7 +83,7 @@ class Command(BaseCommand):
         if not table.empty:
             view = table.assign(cell=[f"{cell['outcome']} {cell_text(cell)}" for cell in table.to_dict("records")])
             self.stdout.write(view.pivot(index="bug", columns="detector", values="cell").to_string())
-        failed = campaign.runs.filter(status="failed")
+        failed = campaign.runs.filter(status=RunStatus.FAILED)
         for run in failed:
             self.stdout.write(self.style.ERROR(f"run {run.pk} failed: {run.failure_reason}"))
         self.stdout.write(f"{progress['done']}/{progress['total']} runs finished, {failed.count()} failed.")

@@ -4,6 +4,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, int_list, line_writer
+from core.enums import Variant
 from runners.actions import do_create_campaign
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
@@ -20,7 +21,7 @@ class Command(BaseCommand):
                             help="comma-separated clean pipelines (fixed variant only; default: none)")
         parser.add_argument("--cuda", action="store_true", help="also the bugs' CUDA reproducers (need a GPU worker)")
         parser.add_argument("--detectors", type=comma_list, help="comma-separated detector names (default: all)")
-        parser.add_argument("--variants", type=comma_list, default=["buggy", "fixed"])
+        parser.add_argument("--variants", type=comma_list, default=Variant.values)
         parser.add_argument("--seeds", type=int_list, default=[0])
         parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
         parser.add_argument("--wait", action="store_true", help="show progress until every run has finished")
@@ -36,8 +37,8 @@ def plan_from_options(options, skip=None):
     """The CampaignPlan the command-line options name; its problems become one CommandError."""
     try:
         return CampaignPlan.resolve(bugs=options.get("bugs"), pipelines=options.get("pipelines") or (),
-                                    detectors=options.get("detectors"), variants=options.get("variants",
-                                                                                             ("buggy", "fixed")),
+                                    detectors=options.get("detectors"),
+                                    variants=options.get("variants", Variant.values),
                                     seeds=options.get("seeds", (0,)), steps=options.get("steps"),
                                     cuda=options.get("cuda", False), skip=skip)
     except ValidationError as error:
