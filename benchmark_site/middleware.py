@@ -6,17 +6,32 @@ could query it.
 """
 import logging
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, JsonResponse
+from django.templatetags.static import static
+from django.utils.html import escape
 
 logger = logging.getLogger(__name__)
 MESSAGE = "The database is unavailable right now; please try again in a minute."
 RETRY_AFTER_SECONDS = 30
-PAGE = f"""<!doctype html>
+STYLESHEET = "css/site.css"  # the site's stylesheet, as templates/base.html links it
+PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Unavailable · SilentBench</title>
-<link rel="stylesheet" href="/static/site.css"></head>
-<body><main class="container"><h1>Temporarily unavailable</h1><p>{MESSAGE}</p></main></body></html>
+<link rel="stylesheet" href="{stylesheet}"></head>
+<body><main class="container"><h1>Temporarily unavailable</h1><p>{message}</p></main></body></html>
 """
+
+
+def unavailable_page():
+    """The 503 page. The stylesheet's URL comes from the static files storage, as ``{% static %}`` gives it
+    (with a manifest storage, the hashed name); that reads no database, only settings and the manifest. Should
+    the manifest lack it (collectstatic not run), the plain name still answers the 503, not a 500."""
+    try:
+        stylesheet = static(STYLESHEET)
+    except ValueError:
+        stylesheet = settings.STATIC_URL + STYLESHEET
+    return PAGE.format(stylesheet=escape(stylesheet), message=escape(MESSAGE))
 
 
 class DatabaseUnavailableMiddleware:
@@ -33,6 +48,6 @@ class DatabaseUnavailableMiddleware:
         if request.path.startswith("/api/") or "json" in request.headers.get("Accept", ""):
             response = JsonResponse({"detail": MESSAGE}, status=503)
         else:
-            response = HttpResponse(PAGE, status=503)
+            response = HttpResponse(unavailable_page(), status=503)
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response

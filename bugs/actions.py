@@ -49,14 +49,18 @@ def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, cam
 
 
 @transaction.atomic
-def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None, *, acting_user) -> ReproducerVersion:
+def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None, *, acting_user,
+                         checked=None) -> ReproducerVersion:
     """A contributor's reproducer, stored as a version waiting for review. Nothing is queued or run.
 
     With ``bug_fields`` it files a new bug (its ID must be new: IDs are never reused); with ``bug``
     it is a new version of that bug's reproducer (the caller checked bugs.permissions.can_resubmit).
+    ``checked`` is the ``(manifest, problems)`` that ``reproducer_problems(files)`` already gave for these
+    same files, when the caller checked them first: the code is then not parsed a second time.
     Raises ValidationError with every problem found.
     """
-    manifest, problems = reproducer_problems(files)
+    manifest, problems = checked if checked is not None else reproducer_problems(files)
+    problems = list(problems)
     if bug is None:
         bug = Bug(**bug_fields, status=BugStatus.SUBMITTED, submitted_by=acting_user)
         try:

@@ -103,7 +103,7 @@ class Bug(models.Model):
         return reverse("bugs:detail", args=[self.bug_id])
 
     def delete(self, *args, **kwargs):
-        raise ValidationError("Bugs are never deleted: deprecate them with a reason (bugs.services.do_deprecate_bug).")
+        raise ValidationError("Bugs are never deleted: deprecate them with a reason (bugs.actions.do_deprecate_bug).")
 
 
 class Strategy(models.TextChoices):

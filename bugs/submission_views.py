@@ -18,12 +18,15 @@ from .views import highlighted, pygments_css
 def _submit(request, form, bug=None):
     """Check the form and the files together, so that every problem is reported at once."""
     files, problems = read_uploads(request.FILES.getlist("files")) if request.FILES else ({}, [])
+    checked = None  # the files' (manifest, problems), handed to the action so that the code is parsed once
     if files and not problems:
-        problems = reproducer_problems(files)[1]
+        checked = reproducer_problems(files)
+        problems = checked[1]
     if form.is_valid() and not problems:
         try:
             return do_submit_reproducer(files, form.cleaned_data["reproducer_name"], bug=bug,
-                                        bug_fields=None if bug else form.bug_fields(), acting_user=request.user)
+                                        bug_fields=None if bug else form.bug_fields(), acting_user=request.user,
+                                        checked=checked)
         except ValidationError as error:
             problems = error.messages
     for problem in problems:

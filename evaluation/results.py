@@ -44,11 +44,14 @@ MAX_ID = 2**63 - 1  # a BigAutoField; larger numbers overflow the database's int
 
 
 def _id(query, name):
-    """The ID given as ``name`` (ASCII digits; anything else is ignored). A number larger than any key
-    can be names nothing: NotFound, where the database would overflow."""
+    """The ID given as ``name``, or None when it is absent or empty (the results form's "latest" / "–").
+    Anything but ASCII digits names nothing, and neither does a number larger than any key can be (the
+    database would overflow): NotFound, the same 404 as an ID that does not exist."""
     value = query.get(name, "")
-    if not (value.isascii() and value.isdigit()):
+    if value == "":
         return None
+    if not (value.isascii() and value.isdigit()):
+        raise NotFound(f"No {name} {value[:40]!r}: an ID is a whole number.")
     if int(value) > MAX_ID:
         raise NotFound(f"No {name} #{value}.")
     return int(value)
@@ -61,8 +64,9 @@ def without_nan(frame):
 
 class Results:
     """``?evaluation=ID`` selects an evaluation's stored tables, ``?campaign=ID`` the live tables of a
-    campaign's runs; with neither, the latest evaluation, or every run if there is none. The filter
-    fields (``evaluation.filters``) narrow them.
+    campaign's runs; with neither, the latest evaluation, or every run if there is none. An ID that names
+    no evaluation or campaign (or is not a number) raises NotFound. The filter fields
+    (``evaluation.filters``) narrow them.
 
     A stored table is used as stored when the filter keeps whole rows of it (detectors, matrix outcome);
     once the filter narrows the bugs, the false-positive and latency tables are recomputed from the
@@ -74,7 +78,12 @@ class Results:
         self.form = ResultFilterForm(query)
         self.criteria = self.form.criteria()
         self.evaluation = None
+        self._campaign_completed_at = None
         if campaign_id is not None:
+            completed = list(Campaign.objects.filter(pk=campaign_id).values_list("completed_at", flat=True))
+            if not completed:
+                raise NotFound(f"No campaign #{campaign_id}.")
+            self._campaign_completed_at = completed[0]
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
             evaluations = Evaluation.objects.select_related("campaign")
@@ -128,7 +137,7 @@ class Results:
         the filter; judging a campaign of 25,000 runs takes seconds, a cached table milliseconds."""
         if self.campaign_id is None or not self.form.is_valid():
             return None
-        completed = Campaign.objects.filter(pk=self.campaign_id).values_list("completed_at", flat=True).first()
+        completed = self._campaign_completed_at  # read with the campaign, in __init__
         if completed is None:
             return None
         filters = repr(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))

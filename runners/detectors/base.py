@@ -21,7 +21,8 @@ class DetectorPlugin:
 
     ``install(probe)`` runs once in every process of an instrumented reproducer (every rank),
     before the reproducer's own code. It observes the unmodified program through global hooks
-    and reports problems with ``probe.alarm``.
+    and reports problems with ``probe.alarm``. A detector with ``needs_fit`` also implements ``fit``
+    (and, when it drives an outside tool, ``tool_version``).
     """
 
     name = ""
@@ -35,6 +36,7 @@ class DetectorPlugin:
     fit_config_keys = ()  # the config keys that change what ``fit`` learns
 
     def config(self, overrides=None):
+        """The plugin's ``default_config`` with ``overrides`` (a detector record's config) applied."""
         return {**self.default_config, **(overrides or {})}
 
     def install(self, probe):
@@ -46,8 +48,23 @@ class DetectorPlugin:
         return time_limit_seconds * self.time_limit_factor * (2 if self.needs_fit else 1)
 
     def tool_version(self):
-        """Version of the outside tool the detector drives, if any (part of a fit artifact's key)."""
+        """Version of the outside tool the detector drives, if any, as a string ("" when there is none).
+
+        Part of a fit artifact's key (``runners.fitting.ensure_fit``): a new tool version fits anew."""
         return ""
+
+    def fit(self, programs, workdir, env, limits, config):
+        """Learn from clean reference programs; called by ``runners.fitting.ensure_fit`` when ``needs_fit``.
+
+        ``programs`` is a list of ``(directory, entrypoint, args)``, one materialized clean program each
+        (args: ``--variant fixed --seed N --steps N``); ``workdir`` a scratch directory removed afterwards;
+        ``env`` the scrubbed environment and ``limits`` the sandbox limits to run them with; ``config`` the
+        detector's config. Returns ``(content, summary)``: the artifact's text (given to each run as
+        ``RunContext.fit_artifact``) and a JSON-serializable dict stored with it. A RuntimeError (or a
+        subclass) fails the fit with its message.
+        """
+        raise NotImplementedError(f"detector {self.name!r} sets needs_fit but does not implement "
+                                  f"fit(programs, workdir, env, limits, config)")
 
     def environment(self, config):
         """Extra environment variables for the run (an opt-in switch, never a secret)."""
