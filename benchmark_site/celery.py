@@ -1,5 +1,6 @@
 """The Celery app. Brokers are transport only: PostgreSQL (or SQLite) holds every run's state."""
 import os
+from pathlib import Path
 
 from celery import Celery
 from celery.signals import celeryd_after_setup, worker_init
@@ -9,6 +10,25 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmark_site.settings")
 app = Celery("silentbench")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+BROKER_FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
+
+
+def ensure_broker_folders(broker_url, transport_options):
+    """The filesystem broker's folders (the embedded default); kombu makes none but the control folder, and
+    not its parents. Called as the app is configured, before anything sends or consumes, and by the local
+    worker's starter (runners/local_worker.py); not when the settings are read. Any other broker: nothing."""
+    if not (broker_url or "").startswith("filesystem://"):
+        return
+    for key in BROKER_FOLDERS:
+        if (transport_options or {}).get(key):
+            Path(transport_options[key]).mkdir(parents=True, exist_ok=True)
+
+
+@app.on_after_configure.connect
+def make_broker_folders(sender, source, **kwargs):
+    """The configuration is read on first use (a task sent, a worker started, a connection opened)."""
+    ensure_broker_folders(source.broker_url, source.broker_transport_options)
 
 
 @celeryd_after_setup.connect

@@ -2,8 +2,15 @@
 
 Embedded default: SQLite in ``var/`` and Celery's filesystem broker (no Redis).
 Production: set ``DATABASE_URL`` (PostgreSQL) and ``CELERY_BROKER_URL`` (Redis).
+
+A value that cannot be read (a typo in a boolean, a number out of range) stops the process at start with
+``ImproperlyConfigured`` naming the variable, never a silent default. Reading the settings touches no file:
+the folders under ``VAR_DIR`` are made where they are first used (the database's folder as SQLite opens it,
+the broker's as the Celery app is configured, run, lock and log folders by whatever writes into them).
 """
+import math
 import os
+import sqlite3
 from pathlib import Path
 
 import dj_database_url
@@ -11,15 +18,89 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SILENTBENCH_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+_TRUE_WORDS = ("true", "1", "yes", "on")
+_FALSE_WORDS = ("false", "0", "no", "off")
 
 
 def env_bool(name, default=False):
-    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
+    """true/false, 1/0, yes/no or on/off, in any case; unset gives ``default``, anything else is refused."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in _TRUE_WORDS or word in _FALSE_WORDS:
+        return word in _TRUE_WORDS
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use one of "
+                               f"{', '.join(f'{yes}/{no}' for yes, no in zip(_TRUE_WORDS, _FALSE_WORDS))}.")
+
+
+def _allowed_range(minimum, maximum):
+    if minimum is not None and maximum is not None:
+        return f"from {minimum} to {maximum}"
+    if minimum is not None:
+        return f"at least {minimum}"
+    return f"at most {maximum}" if maximum is not None else "any value"
+
+
+def _env_number(name, default, kind, minimum, maximum):
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    what = "a whole number" if kind is int else "a number"
+    allowed = f"{what}, {_allowed_range(minimum, maximum)}"
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}: expected {allowed}.") from None
+    if not _within(value, minimum, maximum) or (kind is float and not math.isfinite(value)):
+        raise ImproperlyConfigured(f"{name}={raw!r} is out of range: expected {allowed}.")
+    return value
+
+
+def _within(value, minimum, maximum):
+    return (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+
+
+def env_int(name, default, minimum=None, maximum=None):
+    """An integer variable within [minimum, maximum]; unset gives ``default``, anything else is refused."""
+    return _env_number(name, default, int, minimum, maximum)
+
+
+def env_float(name, default, minimum=None, maximum=None):
+    """A finite number within [minimum, maximum]; unset gives ``default``, anything else is refused."""
+    return _env_number(name, default, float, minimum, maximum)
 
 
 def env_list(name, default):
+    """Comma-separated items, blanks dropped."""
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_int_list(name, default, minimum=None, maximum=None):
+    """Comma-separated integers, each within [minimum, maximum]; one bad item refuses the whole variable."""
+    values = []
+    for item in env_list(name, default):
+        try:
+            value = int(item)
+        except ValueError:
+            value = None
+        if value is None or not _within(value, minimum, maximum):
+            raise ImproperlyConfigured(f"{name}={os.environ.get(name, default)!r}: expected comma-separated whole "
+                                       f"numbers, each {_allowed_range(minimum, maximum)}; {item!r} is not.")
+        values.append(value)
+    return values
+
+
+class SQLiteConnection(sqlite3.Connection):
+    """SQLite's connection, which first makes the database file's folder: a fresh ``var/`` is created on
+    first use (``migrate``, a worker, the test database), not when the settings are read."""
+
+    def __init__(self, database, *args, **kwargs):
+        name = os.fspath(database)
+        if isinstance(name, str) and name != ":memory:" and not name.startswith("file:"):
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(database, *args, **kwargs)
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
@@ -100,6 +181,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "factory": SQLiteConnection,  # makes the database's folder as it connects
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # A file, not memory, so that a worker process sees the test database too.
@@ -122,8 +204,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"  # collectstatic target in production; finders serve locally
-STATIC_ROOT.mkdir(exist_ok=True)
+STATIC_ROOT = VAR_DIR / "staticfiles"  # collectstatic target (which makes it) in production; finders serve locally
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -143,7 +224,7 @@ SECURE_SSL_REDIRECT = HTTPS
 SECURE_REDIRECT_EXEMPT = [r"^healthz"]  # health checks come over plain HTTP from inside the host
 if HTTPS and env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", True):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", str(365 * 24 * 3600))) if HTTPS else 0
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 365 * 24 * 3600, minimum=0) if HTTPS else 0
 # Opt-ins: they bind every subdomain of the lab's domain (and browsers' preload lists) to HTTPS.
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
@@ -181,11 +262,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery: the broker is transport, never truth. ---
-BROKER_DIR = VAR_DIR / "broker"
+BROKER_DIR = VAR_DIR / "broker"  # its folders are made as the Celery app is configured (benchmark_site/celery.py)
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "control_folder": str(BROKER_DIR / "control"),  # kombu's default is ./control, in the checkout
         "data_folder_in": str(BROKER_DIR / "queue"),
@@ -205,37 +284,37 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Fault tolerance (runners/reconciler.py): a worker's heartbeat, after how long a silent worker's runs
 # are queued again, after how long a queued run with no message in the broker is enqueued again,
 # and how long a worker keeps trying to store a result while the database is away.
-SILENTBENCH_HEARTBEAT_SECONDS = float(os.environ.get("SILENTBENCH_HEARTBEAT_SECONDS", "15"))
-SILENTBENCH_WORKER_STALE_SECONDS = float(os.environ.get("SILENTBENCH_WORKER_STALE_SECONDS", "90"))
-SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS = float(os.environ.get("SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS", "60"))
-SILENTBENCH_DB_RETRY_SECONDS = float(os.environ.get("SILENTBENCH_DB_RETRY_SECONDS", "120"))
+SILENTBENCH_HEARTBEAT_SECONDS = env_float("SILENTBENCH_HEARTBEAT_SECONDS", 15.0, minimum=0.1)
+SILENTBENCH_WORKER_STALE_SECONDS = env_float("SILENTBENCH_WORKER_STALE_SECONDS", 90.0, minimum=1)
+SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS = env_float("SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS", 60.0, minimum=1)
+SILENTBENCH_DB_RETRY_SECONDS = env_float("SILENTBENCH_DB_RETRY_SECONDS", 120.0, minimum=0)
 
 # --- Run sandbox limits (a reproducer may ask for less, never for more). ---
-SILENTBENCH_RUN_DIR = VAR_DIR / "runs"
-SILENTBENCH_MAX_TIME_LIMIT = int(os.environ.get("SILENTBENCH_MAX_TIME_LIMIT", "600"))
-SILENTBENCH_MAX_MEMORY_MB = int(os.environ.get("SILENTBENCH_MAX_MEMORY_MB", "8192"))
-SILENTBENCH_LOG_CAP_BYTES = int(os.environ.get("SILENTBENCH_LOG_CAP_BYTES", str(64 * 1024)))
-SILENTBENCH_OUTPUT_FLOOD_BYTES = int(os.environ.get("SILENTBENCH_OUTPUT_FLOOD_BYTES", str(32 * 1024 * 1024)))
-SILENTBENCH_REPORT_CAP_BYTES = int(os.environ.get("SILENTBENCH_REPORT_CAP_BYTES", str(16 * 1024 * 1024)))
-SILENTBENCH_MAX_PROCESSES = int(os.environ.get("SILENTBENCH_MAX_PROCESSES", "512"))
+SILENTBENCH_RUN_DIR = VAR_DIR / "runs"  # made by the run and fit code (runners/execution.py, runners/fitting.py)
+SILENTBENCH_MAX_TIME_LIMIT = env_int("SILENTBENCH_MAX_TIME_LIMIT", 600, minimum=1)
+SILENTBENCH_MAX_MEMORY_MB = env_int("SILENTBENCH_MAX_MEMORY_MB", 8192, minimum=1)
+SILENTBENCH_LOG_CAP_BYTES = env_int("SILENTBENCH_LOG_CAP_BYTES", 64 * 1024, minimum=0)
+SILENTBENCH_OUTPUT_FLOOD_BYTES = env_int("SILENTBENCH_OUTPUT_FLOOD_BYTES", 32 * 1024 * 1024, minimum=1)
+SILENTBENCH_REPORT_CAP_BYTES = env_int("SILENTBENCH_REPORT_CAP_BYTES", 16 * 1024 * 1024, minimum=1)
+SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
 # A worker running as root starts reproducers as this user ("" keeps root); see runners/sandbox.py.
 SILENTBENCH_SANDBOX_USER = os.environ.get("SILENTBENCH_SANDBOX_USER", "nobody")
 # --- Routing by need (runners/routing.py, docs/gpu-nodes.md). ---
-SILENTBENCH_GPU_MEMORY_TIERS_GB = [int(tier) for tier in env_list("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24,40,48,80")]
-SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))
-SILENTBENCH_GPU_LEASE_WAIT_SECONDS = float(os.environ.get("SILENTBENCH_GPU_LEASE_WAIT_SECONDS", "1800"))
-SILENTBENCH_UNSERVABLE_GRACE_MINUTES = float(os.environ.get("SILENTBENCH_UNSERVABLE_GRACE_MINUTES", "10"))
-SILENTBENCH_WORKER_SEEN_MINUTES = float(os.environ.get("SILENTBENCH_WORKER_SEEN_MINUTES", "10"))
+SILENTBENCH_GPU_MEMORY_TIERS_GB = env_int_list("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24,40,48,80", minimum=1)
+SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))  # runners/routing.py
+SILENTBENCH_GPU_LEASE_WAIT_SECONDS = env_float("SILENTBENCH_GPU_LEASE_WAIT_SECONDS", 1800.0, minimum=0)
+SILENTBENCH_UNSERVABLE_GRACE_MINUTES = env_float("SILENTBENCH_UNSERVABLE_GRACE_MINUTES", 10.0, minimum=0)
+SILENTBENCH_WORKER_SEEN_MINUTES = env_float("SILENTBENCH_WORKER_SEEN_MINUTES", 10.0, minimum=0)
 # Submitted reproducers: limits checked before anything is stored; k seeds of verification on approval.
-SILENTBENCH_SUBMISSION_MAX_FILES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_FILES", "20"))
-SILENTBENCH_SUBMISSION_MAX_FILE_BYTES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_FILE_BYTES", str(256 * 1024)))
-SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES = int(os.environ.get("SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES", str(1024 * 1024)))
+SILENTBENCH_SUBMISSION_MAX_FILES = env_int("SILENTBENCH_SUBMISSION_MAX_FILES", 20, minimum=1)
+SILENTBENCH_SUBMISSION_MAX_FILE_BYTES = env_int("SILENTBENCH_SUBMISSION_MAX_FILE_BYTES", 256 * 1024, minimum=1)
+SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES = env_int("SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES", 1024 * 1024, minimum=1)
 # Any request body: a submission's files plus room for its form; larger ones get a 413 before a byte is read.
-SILENTBENCH_MAX_REQUEST_BYTES = int(os.environ.get("SILENTBENCH_MAX_REQUEST_BYTES",
-                                                   str(SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES + 1024 * 1024)))
+SILENTBENCH_MAX_REQUEST_BYTES = env_int("SILENTBENCH_MAX_REQUEST_BYTES",
+                                        SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES + 1024 * 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = SILENTBENCH_MAX_REQUEST_BYTES  # the body without its files
 FILE_UPLOAD_MAX_MEMORY_SIZE = SILENTBENCH_MAX_REQUEST_BYTES  # uploads stay in memory: nothing on disk
-SILENTBENCH_VERIFICATION_SEEDS = int(os.environ.get("SILENTBENCH_VERIFICATION_SEEDS", "3"))
+SILENTBENCH_VERIFICATION_SEEDS = env_int("SILENTBENCH_VERIFICATION_SEEDS", 3, minimum=1)
 SILENTBENCH_CATALOG_DIR = Path(os.environ.get("SILENTBENCH_CATALOG_DIR", BASE_DIR / "catalog"))
 
 LOGGING = {

@@ -1,7 +1,15 @@
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 
 pytest_plugins = ["tests.services"]  # own_postgres, own_redis: private servers for the fault tests
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_root():
+    """collectstatic makes STATIC_ROOT in production; without it WhiteNoise warns at every start of the site
+    (the settings no longer make it on import). Finders serve the files here either way."""
+    settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 
 @pytest.fixture(autouse=True)

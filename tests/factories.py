@@ -1,10 +1,14 @@
+"""factory_boy factories for every model the tests build. Fields a factory does not declare keep the
+model's defaults, so ``XFactory(a=1)`` stores what ``X.objects.create(a=1)`` would (plus required values)."""
 import factory
 from django.contrib.auth.models import Group, User
+from django.utils import timezone
 
 from bugs.catalog import content_hash
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
 from core.roles import MAINTAINERS_GROUP
-from runners.models import Run
+from evaluation.models import Evaluation
+from runners.models import Alarm, Campaign, CampaignPurpose, Detector, Environment, Run, StabilityCheck, Worker
 from runners.registry import detector_record
 
 
@@ -82,12 +86,86 @@ class ReproducerVersionFactory(factory.django.DjangoModelFactory):
     review_state = ReviewState.APPROVED
 
 
+class DetectorFactory(factory.django.DjangoModelFactory):
+    """The Detector row of a registered plugin with this config (its defaults plus ``config``), as the
+    registry records it for runs: the same row every time (``runners.registry.detector_record``)."""
+
+    class Meta:
+        model = Detector
+
+    name = "plain"
+    config = factory.Dict({})
+
+    @classmethod
+    def _create(cls, model_class, name, config=None, **kwargs):
+        return detector_record(name, config)
+
+
+class CampaignFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Campaign
+
+    name = factory.Sequence(lambda n: f"campaign {n}")
+
+
+class WorkerFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Worker
+
+    hostname = factory.Sequence(lambda n: f"worker{n}@test")
+    last_seen = factory.LazyFunction(timezone.now)
+
+
+class EnvironmentFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Environment
+
+    fingerprint = factory.Sequence(lambda n: f"environment-{n}")
+    host = "test-host"
+    python = "3.11"
+
+
 class RunFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Run
 
     reproducer_version = factory.SubFactory(ReproducerVersionFactory)
-    detector = factory.LazyFunction(lambda: detector_record("plain"))
+    detector = factory.SubFactory(DetectorFactory)
     variant = "buggy"
     seed = 0
     steps = 3
+
+
+class AlarmFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Alarm
+
+    run = factory.SubFactory(RunFactory)
+    step = 0
+    rule = "test_rule"
+    message = "A test alarm."
+
+
+class StabilityCheckFactory(factory.django.DjangoModelFactory):
+    """A verification over ``seeds`` seeds; the verdict follows from the counts unless given."""
+
+    class Meta:
+        model = StabilityCheck
+
+    reproducer_version = factory.SubFactory(ReproducerVersionFactory)
+    seeds = 3
+    buggy_manifested = factory.SelfAttribute("seeds")
+    fixed_manifested = 0
+    failed_runs = 0
+    verdict = factory.LazyAttribute(lambda o: StabilityCheck.verdict_for(o.seeds, o.buggy_manifested,
+                                                                         o.fixed_manifested, o.failed_runs))
+
+
+class EvaluationFactory(factory.django.DjangoModelFactory):
+    """A stored evaluation with empty tables unless given."""
+
+    class Meta:
+        model = Evaluation
+
+    campaign = factory.SubFactory(CampaignFactory, name="evaluation", purpose=CampaignPurpose.EVALUATION)
+    tables = factory.Dict({})

@@ -7,13 +7,13 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from runners.actions import do_create_campaign
-from runners.models import Alarm
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
 from runners.registry import detector_record
 from runners.selectors import runnable_versions
 
-from ..factories import BugFactory, RunFactory
+from ..factories import AlarmFactory, BugFactory, RunFactory
+from ..helpers import latex_rows, matrix_cells
 from .helpers import wait_for_plot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -32,42 +32,12 @@ def finished_runs():
                           step_records=[{"step": s, "rank": 0, "loss": 1.0 / (s + 1), "time": 100.0 + s,
                                          "metrics": {}} for s in range(10)])
         if alarm_step is not None:
-            Alarm.objects.create(run=made, step=alarm_step, rule="no_parameter_updated", message="no update")
+            AlarmFactory(run=made, step=alarm_step, rule="no_parameter_updated", message="no update")
 
     run("DS-1801", "buggy", alarm_step=5)
     run("DS-1801", "fixed")
     run("SO-60335387", "buggy")
     run("SO-60335387", "fixed", alarm_step=4)
-
-
-def matrix_cells(page):
-    """{(bug, detector): (outcome, "detected/buggy")} as the results page shows them."""
-    return {tuple(key): tuple(value) for key, value in page.eval_on_selector("#detection-matrix", """table => {
-        const detectors = [...table.querySelectorAll("thead th")].slice(1).map(th => th.textContent.trim());
-        const cells = [];
-        for (const row of table.querySelectorAll("tbody tr")) {
-            const bug = row.querySelector("td a").textContent.trim();
-            row.querySelectorAll("td.cell").forEach((td, i) => {
-                const badge = td.querySelector(".badge");
-                if (badge) cells.push([[bug, detectors[i]],
-                    [badge.textContent.trim(), td.querySelector(".muted").textContent.trim().split(" ")[0]]]);
-            });
-        }
-        return cells;
-    }""")}
-
-
-def latex_rows(text):
-    """The body rows of a booktabs table as {column: cell}, unescaped."""
-    lines = text.splitlines()
-    header = lines[lines.index(r"\toprule") + 1]
-    body = lines[lines.index(r"\midrule") + 1:lines.index(r"\bottomrule")]
-
-    def cells(line):
-        return [cell.strip().replace("\\_", "_") for cell in line.rstrip().removesuffix("\\\\").split(" & ")]
-
-    columns = cells(header)
-    return [dict(zip(columns, cells(line))) for line in body]
 
 
 def test_browse_the_catalog_a_bug_and_the_results(page, live_site, page_events):

@@ -16,8 +16,8 @@ from devtools.browser import VIEWPORT
 from runners.models import Run
 
 from ..factories import GOOD_REPRODUCER, BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory
+from ..helpers import latex_rows, matrix_cells
 from .helpers import login, signup
-from .test_browse import latex_rows, matrix_cells
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

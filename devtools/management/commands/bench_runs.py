@@ -73,7 +73,7 @@ class Command(BaseCommand):
                 times = [run_alone(version, variant, seed) for seed in range(repeat)]
                 alone[(str(version.reproducer), variant)] = statistics.median(times)
 
-        (settings.VAR_DIR / "logs").mkdir(exist_ok=True)
+        (settings.VAR_DIR / "logs").mkdir(parents=True, exist_ok=True)
         with local_worker(settings.VAR_DIR / "logs" / "bench-worker.log", name="bench"):
             plain = detector_record("plain")
             time.sleep(3)  # let the worker connect before the first measurement

@@ -38,7 +38,8 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog")
         logs = settings.VAR_DIR / "logs"
-        logs.mkdir(exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise serves from it (and the finders)
         web = None
         try:
             with local_worker(logs / "worker.log", concurrency=concurrency) as worker:

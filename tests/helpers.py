@@ -1,0 +1,159 @@
+"""Helpers shared by several test modules (test modules import from here and from factories.py, never
+from each other)."""
+from html.parser import HTMLParser
+
+import yaml
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from accounts.actions import do_create_api_token
+from runners.registry import detector_record
+
+from .factories import (
+    GOOD_REPRODUCER,
+    AlarmFactory,
+    BugFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+)
+
+# Text that would run as script if a page, export or plot forgot to escape it.
+HOSTILE = "<script>alert('pwned')</script>"
+
+
+# --- API clients ---
+
+def client_for(user=None):
+    """An API client, anonymous or authenticated by a fresh named token of ``user``."""
+    client = APIClient()
+    if user is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token('test', acting_user=user)[1]}")
+    return client
+
+
+# --- Pages ---
+
+class _Tables(HTMLParser):
+    """The cell texts of one table of a page, by id."""
+
+    def __init__(self, table_id):
+        super().__init__()
+        self.table_id, self.inside, self.rows, self.cell = table_id, False, [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and dict(attrs).get("id") == self.table_id:
+            self.inside = True
+        elif self.inside and tag == "tr":
+            self.rows.append([])
+        elif self.inside and tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.inside = False
+        elif self.inside and tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(" ".join(self.cell.split()))
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def table(page, table_id):
+    """[{header: cell text}] of the table with this id."""
+    parser = _Tables(table_id)
+    parser.feed(page)
+    header, *rows = parser.rows
+    return [dict(zip(header, row)) for row in rows]
+
+
+def latex_rows(text):
+    """The body rows of a booktabs table as {column: cell}, unescaped."""
+    lines = text.splitlines()
+    header = lines[lines.index(r"\toprule") + 1]
+    body = lines[lines.index(r"\midrule") + 1:lines.index(r"\bottomrule")]
+
+    def cells(line):
+        return [cell.strip().replace("\\_", "_") for cell in line.rstrip().removesuffix("\\\\").split(" & ")]
+
+    columns = cells(header)
+    return [dict(zip(columns, cells(line))) for line in body]
+
+
+def matrix_cells(page):
+    """{(bug, detector): (outcome, "detected/buggy")} as the results page shows them (a Playwright page)."""
+    return {tuple(key): tuple(value) for key, value in page.eval_on_selector("#detection-matrix", """table => {
+        const detectors = [...table.querySelectorAll("thead th")].slice(1).map(th => th.textContent.trim());
+        const cells = [];
+        for (const row of table.querySelectorAll("tbody tr")) {
+            const bug = row.querySelector("td a").textContent.trim();
+            row.querySelectorAll("td.cell").forEach((td, i) => {
+                const badge = td.querySelector(".badge");
+                if (badge) cells.push([[bug, detectors[i]],
+                    [badge.textContent.trim(), td.querySelector(".muted").textContent.trim().split(" ")[0]]]);
+            });
+        }
+        return cells;
+    }""")}
+
+
+# --- Runs ---
+
+def make_runs(bug_title="A test bug", rule="no_parameter_updated", campaign=None, environment=None):
+    """Two bugs x (param_not_updated, plain): a detection with latency 2, a pre-trigger false alarm,
+    a clean run with an alarm; the second bug's cuda reproducer is detected at latency 4."""
+    first = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-A", title=bug_title)))
+    second_bug = BugFactory(bug_id="TEST-B", framework="deepspeed", fault_location="framework")
+    second = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug))
+    cuda = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug, name="cuda"))
+    guard, plain = detector_record("param_not_updated"), detector_record("plain")
+
+    def run(version, detector, variant, alarm_steps=(), seed=0, manifested=None):
+        made = RunFactory(reproducer_version=version, detector=detector, variant=variant, status="succeeded",
+                          steps=10, trigger_step=3, trigger_time=100.0, seed=seed, campaign=campaign,
+                          environment=environment,
+                          manifested=(variant == "buggy") if manifested is None else manifested,
+                          step_records=[{"step": s, "rank": 0, "loss": 1.0, "time": 100.0 + s} for s in range(10)])
+        for step in alarm_steps:
+            AlarmFactory(run=made, step=step, rule=rule, message=HOSTILE, time=100.0 + step)
+        return made
+
+    return {
+        "detected": run(first, guard, "buggy", [5]),
+        "detected_seed_1": run(first, guard, "buggy", [3], seed=1),
+        "clean": run(first, guard, "fixed"),
+        "early": run(second, guard, "buggy", [1]),
+        "clean_fp": run(second, guard, "fixed", [4]),
+        "cuda": run(cuda, guard, "buggy", [7]),
+        "plain_buggy": run(first, plain, "buggy"),
+        "plain_fixed": run(first, plain, "fixed"),
+    }
+
+
+# --- Submissions ---
+
+SUBMISSION_MANIFEST = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 4,
+                       "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 30, "memory_mb": 1024}}
+# A valid reproducer folder and the bug form that submits it.
+FILES = {"repro.py": GOOD_REPRODUCER, "reproducer.yaml": yaml.safe_dump(SUBMISSION_MANIFEST)}
+BUG_FORM = {"bug_id": "GH-4242", "title": "Gradients silently dropped", "framework": "pytorch",
+            "fault_location": "user", "root_cause": "A detach in the wrong place.", "symptom": "Loss plateaus.",
+            "reproduction": "injected", "reproducer_name": "cpu"}
+
+
+def uploads(files):
+    """{name: text} as uploaded files."""
+    return [SimpleUploadedFile(name, text.encode()) for name, text in files.items()]
+
+
+# --- Processes ---
+
+def is_running(pid):
+    """Alive and not a zombie (an orphan's zombie waits for init, which may not reap here)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
