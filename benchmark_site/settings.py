@@ -11,6 +11,7 @@ the broker's as the Celery app is configured, run, lock and log folders by whate
 import math
 import os
 import sqlite3
+import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -205,6 +206,9 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"  # collectstatic target (which makes it) in production; finders serve locally
+# Locally the finders serve the static files and STATIC_ROOT exists only after collectstatic: WhiteNoise's
+# warning about the missing folder says nothing then.
+warnings.filterwarnings("ignore", message=r"No directory at: .*staticfiles")
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -258,7 +262,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"VariantEnum": "runners.models.Variant"},  # runs and campaign requests share it
+    # Enums that several serializers share get one name each in the schema.
+    "ENUM_NAME_OVERRIDES": {"VariantEnum": "core.enums.Variant", "FailureKindEnum": "runners.models.RunFailureKind"},
 }
 
 # --- Celery: the broker is transport, never truth. ---

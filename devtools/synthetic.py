@@ -3,7 +3,8 @@
 Everything made here is marked: campaign names start with ``synthetic``, their parameters and the
 environments' facts say ``"synthetic": true``, alarm messages start with ``synthetic``. It is never
 measured data. Runs cover the real (loaded) reproducer versions x detectors x variants x seeds in
-several environments, with mostly succeeded runs, some failures with reasons, small step records,
+several environments, with mostly succeeded runs, some failures with the sentences and kinds the real
+sandbox and worker write (runners.sandbox, runners.failures), small step records,
 trigger steps, oracle verdicts and alarms; plus stability checks of every bug reproducer across
 environments and one stored evaluation over a small campaign.
 
@@ -24,7 +25,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bugs.models import ReproducerVersion, ReviewState
-from runners.models import Alarm, Campaign, Environment, Run, RunStatus, StabilityCheck
+from core.audit import actor_label
+from runners import sandbox
+from runners.execution import run_limits
+from runners.failures import cancelled_before_start, kind_of, no_oracle_report
+from runners.models import Alarm, Campaign, Environment, Run, RunFailureKind, RunStatus, StabilityCheck
 from runners.registry import sync_detectors
 
 PREFIX = "synthetic"
@@ -45,13 +50,16 @@ ENVIRONMENTS = [
     ("synthetic-cpu-06", "AMD EPYC 9654 96-Core Processor", "", "", "", "3.11.7", "2.13.0"),
 ]
 
-FAILURES = [  # (share of failures, exit code, reason)
-    (0.35, -9, "time limit of {limit} s exceeded: the process group was killed"),
-    (0.25, 1, "exit code 1: RuntimeError: Expected all tensors to be on the same device"),
-    (0.15, -9, "out of memory: the address-space limit of {memory} MB was reached"),
-    (0.10, -9, "output flood: more than 32 MiB on stdout; the process group was killed"),
-    (0.10, 1, "exit code 1: the reproducer wrote no oracle report (protocol error)"),
-    (0.05, None, "worker lost: still running 5 min past its allowance; requeued and given up"),
+# (share of failures, exit code, the real builder of the reason, its arguments given the run's sandbox
+# Limits): the kind follows from the builder (runners.failures.kind_of), as it does for a real run.
+FAILURES = [
+    (0.35, -9, sandbox.time_limit_exceeded, lambda limits: (limits,)),
+    (0.25, 1, sandbox.crashed, lambda limits: (1, "RuntimeError: Expected all tensors to be on the same device")),
+    (0.15, 1, sandbox.out_of_memory, lambda limits: (limits, "MemoryError")),
+    (0.10, -9, sandbox.output_flood, lambda limits: (limits,)),
+    (0.10, 0, no_oracle_report, lambda limits: ()),
+    (0.05, 1, sandbox.write_refused,
+     lambda limits: ("PermissionError: [Errno 13] Permission denied: '/usr/lib/python3/dist-packages/x.pth'",)),
 ]
 
 RULES = {
@@ -173,6 +181,8 @@ def make_run(rng, campaign, environment, version, detector, variant, seed, live,
               steps=STEPS, queue="gpu" if version.reproducer.needs_cuda else "cpu", status=status,
               queued_at=min(queued, now), environment=environment if status != RunStatus.QUEUED else None,
               attempts=0 if status == RunStatus.QUEUED else (2 if rng.random() < 0.02 else 1))
+    if status == RunStatus.CANCELLED:  # as do_cancel_campaign leaves it
+        run.failure_kind, run.failure_reason = RunFailureKind.CANCELLED, cancelled_before_start(actor_label(None))
     if status in (RunStatus.QUEUED, RunStatus.CANCELLED):
         return run
     started = run.queued_at + timedelta(seconds=rng.expovariate(1 / 20))
@@ -183,9 +193,10 @@ def make_run(rng, campaign, environment, version, detector, variant, seed, live,
     run.wall_seconds = round(wall, 3)
     run.finished_at = started + timedelta(seconds=wall)
     if status == RunStatus.FAILED:
-        share, exit_code, reason = rng.choices(FAILURES, weights=[f[0] for f in FAILURES])[0]
+        share, exit_code, builder, arguments = rng.choices(FAILURES, weights=[f[0] for f in FAILURES])[0]
         run.exit_code = exit_code
-        run.failure_reason = reason.format(limit=version.time_limit_seconds, memory=version.memory_mb)
+        run.failure_reason = builder(*arguments(run_limits(version)))
+        run.failure_kind = kind_of(builder)
         run.stderr = f"{PREFIX} stderr: {run.failure_reason}\n"
         return run
     manifests = is_bug and variant == "buggy" and rng.random() < 0.95 or variant == "fixed" and rng.random() < 0.01

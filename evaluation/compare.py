@@ -1,14 +1,15 @@
 """Two sets of runs side by side, result by result: two campaigns, two environments, two torch
 versions or two GPU models. For every (bug, reproducer, detector, variant) each side gives how many
 runs manifested the symptom, were detected, or raised a false alarm, and the row names what changed
-from side A to side B."""
+from side A to side B. Beside them, each side's failed and cancelled runs by failure kind."""
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 from django import forms
 
 from runners.detectors.plain import PlainBaseline
+from runners.failures import breakdown, failure_counts
 from runners.models import Campaign, Environment, Run
 
 from .filters import ResultFilterForm
@@ -158,12 +159,20 @@ def comparison_frame(rows):
     return pd.DataFrame(records, columns=COLUMNS, dtype=object)
 
 
+def failures_by_kind(runs_a, runs_b):
+    """[{kind, label, a, b}]: the failed and cancelled runs of each side by failure kind, most in all first."""
+    a, b = failure_counts(runs_a), failure_counts(runs_b)
+    rows = breakdown({kind: a.get(kind, 0) + b.get(kind, 0) for kind in set(a) | set(b)})
+    return [{**row, "a": a.get(row["kind"], 0), "b": b.get(row["kind"], 0)} for row in rows]
+
+
 @dataclass
 class Comparison:
     a: Side
     b: Side
     rows: list  # every row; ``shown`` are those on screen and in the downloads
     only_changes: bool
+    failures: list = field(default_factory=list)  # failures_by_kind
 
     @property
     def shown(self):
@@ -187,5 +196,6 @@ def compare_query(query):
         return form, filters, None
     criteria = filters.criteria()
     a, b = side(form.cleaned_data["a"]), side(form.cleaned_data["b"])
-    rows = comparison(criteria.runs(a.runs), criteria.runs(b.runs))
-    return form, filters, Comparison(a, b, rows, form.cleaned_data["only_changes"])
+    runs_a, runs_b = criteria.runs(a.runs), criteria.runs(b.runs)
+    return form, filters, Comparison(a, b, comparison(runs_a, runs_b), form.cleaned_data["only_changes"],
+                                     failures_by_kind(runs_a, runs_b))

@@ -20,13 +20,16 @@ from core import audit
 
 from .detectors import get_plugin
 from .environment import host_capabilities, host_facts
+from .failures import cancelled_before_start
 from .models import (
+    UNSUCCESSFUL_STATUSES,
     Alarm,
     Campaign,
     CampaignPurpose,
     Environment,
     FitArtifact,
     Run,
+    RunFailureKind,
     RunStatus,
     StabilityCheck,
     StabilityVerdict,
@@ -64,31 +67,37 @@ def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True,
     return campaign
 
 
-RETRY_RECORD_FIELDS = ("id", "status", "failure_reason", "attempts", "worker__hostname", "exit_code", "wall_seconds",
-                      "manifested", "finished_at")
+RETRY_RECORD_FIELDS = ("id", "status", "failure_kind", "failure_reason", "attempts", "worker__hostname", "exit_code",
+                       "wall_seconds", "manifested", "finished_at")
 
 
-def do_retry_failed_runs(campaign, runs=None, *, acting_user):
-    """Queue the failed and cancelled runs of ``campaign`` (or those of ``runs``) again, as new attempts.
+def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
+    """Queue the failed and cancelled runs of ``campaign`` (or those of ``runs``) again, as new attempts;
+    with ``kinds`` (RunFailureKinds), only those that failed for one of these reasons.
 
-    Their results and alarms are cleared and the campaign is open again; what they were (status, reason,
-    worker, ...) and who had cancelled the campaign are kept in the audit record. The approval of each
-    version is checked again when it runs. Returns the IDs queued.
+    Their results and alarms are cleared and the campaign is open again; what they were (status, kind,
+    reason, worker, ...) and who had cancelled the campaign are kept in the audit record. The approval of
+    each version is checked again when it runs. Returns the IDs queued.
     """
     runs = (runs if runs is not None else campaign.runs.all()).filter(
-        campaign=campaign, status__in=[RunStatus.FAILED, RunStatus.CANCELLED])
+        campaign=campaign, status__in=UNSUCCESSFUL_STATUSES)
+    if kinds is not None:
+        kinds = [RunFailureKind(kind) for kind in kinds]  # ValueError for a name that is no kind
+        runs = runs.filter(failure_kind__in=kinds)
     with transaction.atomic():
         locked = Campaign.objects.select_for_update().get(pk=campaign.pk)  # serialises with do_complete_campaign
         previous = list(runs.select_for_update(of=("self",)).values(*RETRY_RECORD_FIELDS))
         run_ids = [run["id"] for run in previous]
         if run_ids:
-            audit.record(acting_user, "retry", locked, f"queued {len(run_ids)} failed or cancelled run(s) again",
+            which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
+            audit.record(acting_user, "retry", locked,
+                         f"queued {len(run_ids)} failed or cancelled run(s) again{which}",
                          runs=previous, alarms_cleared=Alarm.objects.filter(run_id__in=run_ids).count(),
                          cancelled_at=locked.cancelled_at, cancelled_by=locked.cancelled_by_id,
-                         completed_at=locked.completed_at)
+                         completed_at=locked.completed_at, kinds=kinds)
         Alarm.objects.filter(run_id__in=run_ids).delete()
         Run.objects.filter(pk__in=run_ids).update(
-            status=RunStatus.QUEUED, failure_reason="", started_at=None, finished_at=None, worker=None,
+            status=RunStatus.QUEUED, failure_reason="", failure_kind="", started_at=None, finished_at=None, worker=None,
             exit_code=None, wall_seconds=None, manifested=None, analysis_seconds=None, detector_summary={},
             queued_at=timezone.now())  # queued anew: the reconciler's grace periods count from now
         if run_ids:
@@ -106,8 +115,8 @@ def do_cancel_campaign(campaign, *, acting_user):
         queued = campaign.runs.select_for_update().filter(status=RunStatus.QUEUED)
         run_ids = list(queued.values_list("id", flat=True))
         Run.objects.filter(pk__in=run_ids, status=RunStatus.QUEUED).update(
-            status=RunStatus.CANCELLED, failure_reason=f"Cancelled by {who} before it started.",
-            finished_at=timezone.now())
+            status=RunStatus.CANCELLED, failure_reason=cancelled_before_start(who),
+            failure_kind=RunFailureKind.CANCELLED, finished_at=timezone.now())
         if run_ids:  # nothing queued: nothing was cancelled, and the campaign keeps its state
             Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True, completed_at__isnull=True).update(
                 cancelled_at=timezone.now(), cancelled_by=acting_user)
@@ -255,10 +264,13 @@ def retry_while_database_away(action):
 
 
 @retry_while_database_away
-def do_fail_run_without_executing(run, reason):
+def do_fail_run_without_executing(run, reason, kind):
+    """Fail a claimed run that will not execute (refused, its fit failed, an internal error): ``reason``
+    for a person, ``kind`` a RunFailureKind."""
+    kind = RunFailureKind(kind)
     with transaction.atomic():
         updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-            status=RunStatus.FAILED, failure_reason=reason, finished_at=timezone.now())
+            status=RunStatus.FAILED, failure_reason=reason, failure_kind=kind, finished_at=timezone.now())
     return bool(updated)
 
 
@@ -274,6 +286,7 @@ def do_finish_run(run, outcome):
         oracle = outcome.oracle or {}
         current.status = RunStatus.SUCCEEDED if outcome.succeeded else RunStatus.FAILED
         current.failure_reason = outcome.failure_reason
+        current.failure_kind = outcome.failure_kind
         current.exit_code = outcome.exit_code
         current.wall_seconds = outcome.wall_seconds
         current.finished_at = timezone.now()
@@ -324,9 +337,10 @@ def do_flag_unservable_runs(now=None):
     failed, campaign_ids = [], set()
     for queue in sorted(set(waiting.values_list("queue", flat=True))):
         with transaction.atomic():
-            runs = list(waiting.filter(queue=queue).select_for_update().values_list("id", "campaign_id"))
+            runs = list(waiting.filter(queue=queue).select_for_update(of=("self",)).values_list("id", "campaign_id"))
             Run.objects.filter(pk__in=[run_id for run_id, _ in runs], status=RunStatus.QUEUED).update(
-                status=RunStatus.FAILED, failure_reason=unservable_reason(queue, workers, window), finished_at=now)
+                status=RunStatus.FAILED, failure_reason=unservable_reason(queue, workers, window),
+                failure_kind=RunFailureKind.UNSERVABLE, finished_at=now)
         failed += [run_id for run_id, _ in runs]
         campaign_ids.update(campaign_id for _, campaign_id in runs if campaign_id)
     for campaign in Campaign.objects.filter(pk__in=campaign_ids):
@@ -339,7 +353,7 @@ def do_flag_unservable_runs(now=None):
 def do_record_stability(campaign, *, acting_user=None):
     """Stability of every bug reproducer a verification campaign ran, and the bugs' new status.
 
-    Over the campaign's seeds: buggy manifested a/k, fixed b/k (docs/reproducer-protocol.md). A
+    Over the campaign's seeds: buggy manifested a/k, fixed b/k (StabilityCheck.verdict_for). A
     deprecated bug keeps its status; a bug with several reproducers takes the worst verdict among them.
     """
     tallies = {}

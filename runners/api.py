@@ -1,14 +1,14 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
-from .models import Alarm, Campaign, Detector, Run, Variant, status_counts
+from .models import Alarm, Campaign, Detector, Run, RunFailureKind, Variant, status_counts
 from .permissions import can_trigger
 from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
@@ -50,14 +50,16 @@ class RunSerializer(serializers.ModelSerializer):
     content_hash = serializers.CharField(source="reproducer_version.content_hash", read_only=True)
     detector = DetectorSerializer(read_only=True)
     alarm_count = serializers.IntegerField(read_only=True)
+    failure_kind = serializers.ChoiceField(choices=RunFailureKind.choices, allow_blank=True, read_only=True,
+                                           help_text=Run._meta.get_field("failure_kind").help_text)
 
     class Meta:
         model = Run
         fields = ["id", "campaign", "bug", "reproducer", "reproducer_version", "content_hash", "detector",
-                  "variant", "seed", "steps", "queue", "status", "failure_reason", "attempts", "queued_at",
-                  "started_at", "finished_at", "wall_seconds", "exit_code", "manifested", "oracle_summary",
-                  "oracle_evidence", "trigger_step", "step_records", "protocol_errors", "environment",
-                  "fit_artifact", "analysis_seconds", "detector_summary", "alarm_count"]
+                  "variant", "seed", "steps", "queue", "status", "failure_kind", "failure_reason", "attempts",
+                  "queued_at", "started_at", "finished_at", "wall_seconds", "exit_code", "manifested",
+                  "oracle_summary", "oracle_evidence", "trigger_step", "step_records", "protocol_errors",
+                  "environment", "fit_artifact", "analysis_seconds", "detector_summary", "alarm_count"]
 
 
 def with_alarm_count(runs):
@@ -73,7 +75,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         Run.objects.select_related("reproducer_version__reproducer__bug", "detector")
         .defer("reproducer_version__files", "reproducer_version__manifest").order_by("-id"))
     filterset_fields = {
-        "campaign": ["exact"], "status": ["exact"], "variant": ["exact"], "seed": ["exact"],
+        "campaign": ["exact"], "status": ["exact"], "failure_kind": ["exact"], "variant": ["exact"], "seed": ["exact"],
         "detector__name": ["exact"], "reproducer_version__reproducer__bug__bug_id": ["exact"],
     }
 
@@ -115,6 +117,26 @@ class CampaignEstimateSerializer(serializers.Serializer):
 
 class CampaignRunIdsSerializer(serializers.Serializer):
     runs = serializers.ListField(child=serializers.IntegerField())
+
+
+UNKNOWN_KIND = f"Unknown failure kind \"{{input}}\"; the kinds are: {', '.join(RunFailureKind.values)}."
+
+
+@extend_schema_field({"$ref": "#/components/schemas/FailureKindEnum"})
+class FailureKindField(serializers.ChoiceField):
+    """A RunFailureKind by name. In the schema, the one enum that RunSerializer's ``failure_kind`` gets its
+    name from (drf-spectacular names an enum after its field), rather than a second name for it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(choices=RunFailureKind.choices, error_messages={"invalid_choice": UNKNOWN_KIND}, **kwargs)
+
+
+class CampaignRetrySerializer(serializers.Serializer):
+    kinds = serializers.ListField(
+        child=FailureKindField(),
+        required=False, allow_empty=False, max_length=len(RunFailureKind.values),
+        help_text="Retry only the failed and cancelled runs of these failure kinds (run.failure_kind); "
+                  "leave it out to retry all of them.")
 
 
 class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -165,8 +187,12 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """Cancel the runs not started yet; runs already executing finish."""
         return Response({"runs": do_cancel_campaign(self.get_object(), acting_user=request.user)})
 
-    @extend_schema(request=None, responses=CampaignRunIdsSerializer)
+    @extend_schema(request=CampaignRetrySerializer, responses=CampaignRunIdsSerializer)
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        """Queue the failed and cancelled runs again."""
-        return Response({"runs": do_retry_failed_runs(self.get_object(), acting_user=request.user)})
+        """Queue the failed and cancelled runs again: all of them, or those of the failure ``kinds`` given."""
+        campaign = self.get_object()
+        body = CampaignRetrySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        kinds = body.validated_data.get("kinds")
+        return Response({"runs": do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)})

@@ -12,6 +12,8 @@ from django.conf import settings
 
 from .detectors import get_plugin
 from .detectors.base import RunContext
+from .failures import no_oracle_report, offline_check_failed, sandbox_kind
+from .models import RunFailureKind
 from .report import parse_report
 from .routing import visible_devices
 from .sandbox import Limits, run_sandboxed
@@ -26,6 +28,7 @@ PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "TZ")
 class RunOutcome:
     succeeded: bool
     failure_reason: str
+    failure_kind: str  # a RunFailureKind; '' when it succeeded
     exit_code: int | None
     wall_seconds: float
     stdout: str
@@ -117,23 +120,28 @@ def execute(run, devices=()):
                 "--seed", str(run.seed), "--steps", str(run.steps)]
         result = run_sandboxed(plugin.command(argv, context), workdir, env, limits)
         report = parse_report(_read_capped(report_path, settings.SILENTBENCH_REPORT_CAP_BYTES))
-        if not result.failure_reason(limits):
+        failure = result.failure(limits)
+        if failure is None:
             started = time.monotonic()
             try:
                 offline_alarms = plugin.analyze(context, report)
             except RuntimeError as error:
-                analysis_error = f"The detector's offline check failed: {error}"
+                analysis_error = offline_check_failed(error)
             analysis_seconds = time.monotonic() - started
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    reason = result.failure_reason(limits) or analysis_error
-    if not reason and report.oracle is None:
-        reason = ("No oracle report: the reproducer exited normally but wrote no 'oracle' record "
-                  "(see docs/reproducer-protocol.md).")
+    kind, reason = "", ""
+    if failure is not None:
+        kind, reason = sandbox_kind(failure), failure.reason
+    elif analysis_error:
+        kind, reason = RunFailureKind.INTERNAL, analysis_error
+    elif report.oracle is None:
+        kind, reason = RunFailureKind.PROTOCOL, no_oracle_report()
     return RunOutcome(
         succeeded=not reason,
         failure_reason=reason,
+        failure_kind=kind,
         exit_code=result.exit_code,
         wall_seconds=result.wall_seconds,
         stdout=result.stdout,

@@ -7,6 +7,7 @@ from bugs.models import Bug, BugStatus, Reproducer, ReviewState
 from core.enums import Variant
 
 from .detectors import all_plugins
+from .models import RunFailureKind
 from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
 
@@ -70,3 +71,34 @@ class CampaignForm(forms.Form):
             for field, messages in error.message_dict.items():
                 self.add_error(field if field in self.fields else None, messages)
         return data
+
+
+class RetryForm(forms.Form):
+    """The campaign page's retry: a box per kind of failure among the campaign's failed and cancelled runs
+    (``present``: runners.failures.breakdown), all ticked at first. Ticking every kind present retries every
+    failed and cancelled run, as does a post without the boxes (no ``by_kind``)."""
+
+    by_kind = forms.BooleanField(required=False, initial=True, widget=forms.HiddenInput)
+    kind = forms.MultipleChoiceField(choices=RunFailureKind.choices, required=False, label="Kinds of failure",
+                                     widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args, present=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.present = [row["kind"] for row in present if row["kind"]]  # runs without a kind have no box
+        if not self.is_bound:  # the boxes shown; a post is checked against every kind
+            self.fields["kind"].choices = [(row["kind"], f"{row['label']} ({row['count']})")
+                                           for row in present if row["kind"]]
+            self.fields["kind"].initial = self.present
+
+    def clean(self):
+        data = super().clean()
+        if data.get("by_kind") and not data.get("kind") and self.present and "kind" not in self.errors:
+            raise forms.ValidationError("Tick at least one kind of failure to retry.")
+        return data
+
+    def kinds(self):
+        """None (every failed and cancelled run) or the RunFailureKinds ticked."""
+        ticked = self.cleaned_data["kind"]
+        if not self.cleaned_data["by_kind"] or set(ticked) >= set(self.present):
+            return None
+        return [RunFailureKind(kind) for kind in ticked]

@@ -141,6 +141,32 @@ class RunStatus(models.TextChoices):
 
 
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+UNSUCCESSFUL_STATUSES = (RunStatus.FAILED, RunStatus.CANCELLED)  # the runs that have a failure kind
+
+
+class RunFailureKind(models.TextChoices):
+    """Why a run failed or was cancelled, as a kind to group, filter and retry by; ``Run.failure_reason``
+    says the same for a person. Set where the reason is set (runners.failures lists which sentence
+    belongs to which kind)."""
+
+    # The program, as the sandbox saw it end (runners.sandbox, runners.execution).
+    TIME_LIMIT = "time_limit", "Time limit"
+    MEMORY = "memory", "Out of memory"
+    OUTPUT_FLOOD = "output_flood", "Output flood"
+    PROCESS_LIMIT = "process_limit", "Process limit"
+    SANDBOX_REFUSAL = "sandbox_refusal", "Refused by the sandbox"
+    CRASH = "crash", "Crashed"
+    PROTOCOL = "protocol", "Protocol error"
+    # Before or around the program (runners.tasks, runners.actions).
+    FIT_FAILED = "fit_failed", "Fit phase failed"
+    UNAPPROVED = "unapproved", "Not approved"
+    INTERNAL = "internal", "Internal error"
+    UNSERVABLE = "unservable", "No worker can serve it"
+    CANCELLED = "cancelled", "Cancelled"
+    # A run whose worker vanished and that was given up. No path gives up on such a run today: the
+    # reconciler and the reaper queue it again as a new attempt, so nothing fails. Defined so that
+    # histories and a future give-up path have a kind for it.
+    LOST = "lost", "Worker lost"
 
 
 class FitArtifact(models.Model):
@@ -179,6 +205,8 @@ class Run(models.Model):
 
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     failure_reason = models.TextField(blank=True)
+    failure_kind = models.CharField(max_length=32, choices=RunFailureKind.choices, blank=True, db_index=True,
+                                    help_text="Why it failed or was cancelled; empty for runs that did not.")
     attempts = models.PositiveIntegerField(default=0)
     worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL)
     environment = models.ForeignKey(Environment, null=True, blank=True, on_delete=models.SET_NULL)
@@ -261,7 +289,7 @@ class StabilityVerdict(models.TextChoices):
 class StabilityCheck(models.Model):
     """One verification of a reproducer version: over k seeds, buggy manifested a/k, fixed b/k.
 
-    Verified means a = k and b = 0 (DESIGN.md); no buggy manifestation is unreproducible; anything
+    Verified means a = k and b = 0; no buggy manifestation is unreproducible; anything
     else, including a run that crashed, is flaky.
     """
 

@@ -115,6 +115,12 @@ def unservable_reason(queue, workers, window_minutes):
             f"workers seen in the last {window_minutes:g} min: {seen}.")
 
 
+def wrong_worker_reason(needs, gpus):
+    """Why a worker refuses a run it took: its host (``gpus``, its inventory) lacks what the run needs."""
+    offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
+    return f"This worker cannot serve the run: it needs {needs}; this host has {offered or 'no GPU'}."
+
+
 class NotEnoughDevices(Exception):
     """This worker does not have the GPUs a run needs at all: the run was routed to the wrong worker."""
 
@@ -154,9 +160,7 @@ def device_lease(needs, gpus, lock_dir=None, wait_seconds=None, poll_seconds=0.5
         return
     eligible = sorted(gpu["index"] for gpu in gpus if holds(gpu, needs.gpu_memory_gb))
     if len(eligible) < needs.gpus:
-        offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
-        raise NotEnoughDevices(f"This worker cannot serve the run: it needs {needs}; this host has "
-                               f"{offered or 'no GPU'}.")
+        raise NotEnoughDevices(wrong_worker_reason(needs, gpus))
     lock_dir = Path(lock_dir or settings.SILENTBENCH_GPU_LOCK_DIR)
     lock_dir.mkdir(parents=True, exist_ok=True)
     wait_seconds = settings.SILENTBENCH_GPU_LEASE_WAIT_SECONDS if wait_seconds is None else wait_seconds

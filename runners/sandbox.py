@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,65 @@ class CapturedStream:
         return f"{head}\n[... {skipped} bytes not kept ...]\n{self.tail.decode('utf-8', 'replace')}"
 
 
+# --- Why a program failed: one sentence builder per cause. ``SandboxResult.failure`` picks one and
+# names it as the failure's ``cause``; runners.failures gives each builder its RunFailureKind, and the
+# synthetic history (devtools.synthetic) writes its failures with these same sentences.
+
+def process_limit_exceeded(limits):
+    """Killed for having more than ``limits.max_processes`` processes at once (the group count)."""
+    return (f"Process limit exceeded: more than {limits.max_processes} processes at once (a fork bomb?); "
+            "the process group was killed.")
+
+
+def time_limit_exceeded(limits, forking=False):
+    return (f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; "
+            "the process group was killed."
+            + (f" It had reached the limit of {limits.max_processes} processes (a fork bomb?)." if forking else ""))
+
+
+def output_flood(limits):
+    return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
+
+
+def out_of_memory(limits, last_line=""):
+    return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
+
+
+def process_limit_reached(limits, last_line=""):
+    """It ended on its own after a fork failed at RLIMIT_NPROC."""
+    return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
+
+
+def write_refused(last_line=""):
+    return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
+            f"{last_line}").strip()
+
+
+def crashed(exit_code, last_line=""):
+    """Any other non-zero end: a signal (negative ``exit_code``) or an exit code."""
+    name = signal_name(exit_code)
+    how = f"killed by {name}" if name else f"exited with code {exit_code}"
+    return f"Crashed: {how}. {last_line}".strip()
+
+
+def signal_name(exit_code):
+    """SIGKILL for -9 (a subprocess killed by a signal), None for an exit code."""
+    if exit_code is not None and exit_code < 0:
+        try:
+            return signal.Signals(-exit_code).name
+        except ValueError:
+            return f"signal {-exit_code}"
+    return None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a program failed: the sentence, and the builder above that wrote it (its cause)."""
+
+    cause: Callable[..., str]  # one of the builders above
+    reason: str
+
+
 @dataclass
 class SandboxResult:
     exit_code: int | None
@@ -91,40 +151,33 @@ class SandboxResult:
 
     @property
     def signal_name(self):
-        if self.exit_code is not None and self.exit_code < 0:
-            try:
-                return signal.Signals(-self.exit_code).name
-            except ValueError:
-                return f"signal {-self.exit_code}"
-        return None
+        return signal_name(self.exit_code)
 
-    def failure_reason(self, limits):
-        """A sentence for a human, or '' when the program ended normally with exit code 0."""
+    def failure(self, limits):
+        """A :class:`Failure`, or None when the program ended normally with exit code 0."""
         # The program's last words decide (an earlier, handled "Permission denied" is no reason).
         last_line = next((line for line in reversed(self.stderr.strip().splitlines()) if line.strip()), "")
         forking = hit_process_limit(last_line)
         if self.forked_too_much:
-            return (f"Process limit exceeded: more than {limits.max_processes} processes at once (a fork bomb?); "
-                    "the process group was killed.")
+            return Failure(process_limit_exceeded, process_limit_exceeded(limits))
         if self.timed_out:
-            return (f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; "
-                    "the process group was killed."
-                    + (f" It had reached the limit of {limits.max_processes} processes (a fork bomb?)."
-                       if forking else ""))
+            return Failure(time_limit_exceeded, time_limit_exceeded(limits, forking))
         if self.flooded:
-            return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
+            return Failure(output_flood, output_flood(limits))
         if self.exit_code == 0:
-            return ""
+            return None
         if looks_out_of_memory(self.stderr):
-            return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
+            return Failure(out_of_memory, out_of_memory(limits, last_line))
         if forking:
-            return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
+            return Failure(process_limit_reached, process_limit_reached(limits, last_line))
         if looks_like_refused_write(last_line):
-            return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
-                    f"{last_line}").strip()
-        if self.signal_name:
-            return f"Crashed: killed by {self.signal_name}. {last_line}".strip()
-        return f"Crashed: exited with code {self.exit_code}. {last_line}".strip()
+            return Failure(write_refused, write_refused(last_line))
+        return Failure(crashed, crashed(self.exit_code, last_line))
+
+    def failure_reason(self, limits):
+        """A sentence for a human, or '' when the program ended normally with exit code 0."""
+        failure = self.failure(limits)
+        return failure.reason if failure else ""
 
 
 OOM_MARKERS = ("MemoryError", "std::bad_alloc", "can't allocate memory", "Cannot allocate memory", "out of memory")

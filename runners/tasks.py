@@ -22,8 +22,9 @@ from .actions import (
 from .detectors import get_plugin
 from .environment import host_capabilities
 from .execution import execute
+from .failures import fit_failed, internal_error, unapproved
 from .fitting import FitError, ensure_fit
-from .models import Run
+from .models import Run, RunFailureKind
 from .routing import DevicesBusy, NotEnoughDevices, devices_for_run, queues_for_worker
 from .sandbox import Limits, describe_confinement
 
@@ -44,13 +45,14 @@ def execute_run(run_id):
 
 
 def _claim_and_execute(run_id, devices, refusal=""):
+    """``refusal``: why this worker's host cannot serve the run at all (NotEnoughDevices)."""
     run = do_claim_run(run_id, current_worker(execute_run.request.hostname))
     if run is None:
         logger.info("run %s is not queued any more; nothing to do", run_id)
         return
     try:
         if refusal:
-            do_fail_run_without_executing(run, refusal)
+            do_fail_run_without_executing(run, refusal, RunFailureKind.UNSERVABLE)
         else:
             _execute_claimed(run, devices)
     finally:
@@ -60,19 +62,19 @@ def _claim_and_execute(run_id, devices, refusal=""):
 
 def _execute_claimed(run, devices):
     if not run.reproducer_version.is_approved:  # checked again here: no path runs unapproved code
-        do_fail_run_without_executing(run, "Refused: this reproducer version is not approved by a maintainer.")
+        do_fail_run_without_executing(run, unapproved(), RunFailureKind.UNAPPROVED)
         return
     try:
         if get_plugin(run.detector.name).needs_fit:
             do_attach_fit(run, ensure_fit(run.detector, run.reproducer_version))
     except FitError as error:
-        do_fail_run_without_executing(run, f"The detector's fit phase failed: {error}")
+        do_fail_run_without_executing(run, fit_failed(error), RunFailureKind.FIT_FAILED)
         return
     try:
         outcome = execute(run, devices)
     except Exception as error:  # the worker lives on; the run says why it failed
         logger.exception("run %s could not be executed", run.pk)
-        do_fail_run_without_executing(run, f"Internal error before the reproducer ran: {error}")
+        do_fail_run_without_executing(run, internal_error(error), RunFailureKind.INTERNAL)
         return
     do_finish_run(run, outcome)
 

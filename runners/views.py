@@ -13,8 +13,9 @@ from django.views.decorators.http import require_POST
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
 from .detectors import all_plugins
-from .forms import CampaignForm
-from .models import FINISHED_STATUSES, Campaign, Run, RunStatus, runs_for_listing, status_counts
+from .failures import breakdown, failure_counts
+from .forms import CampaignForm, RetryForm
+from .models import FINISHED_STATUSES, Campaign, Run, RunFailureKind, RunStatus, runs_for_listing, status_counts
 from .permissions import TRIGGER_PERMISSION
 from .selectors import live_workers
 
@@ -54,22 +55,32 @@ def count_runs(campaigns):
 
 
 def campaign_context(request, campaign):
-    """What the campaign page shows, and what its live part refreshes: progress, failures, one page of runs."""
+    """What the campaign page shows, and what its live part refreshes: progress, failures and their kinds,
+    one page of runs (``?status=`` and ``?kind=`` filter them)."""
     status = request.GET.get("status", "")
+    kind = request.GET.get("kind", "")
     runs = runs_for_listing(campaign.runs.order_by("id"))
     if status in RunStatus.values:
         runs = runs.filter(status=status)
+    if kind in RunFailureKind.values:
+        runs = runs.filter(failure_kind=kind)
+    else:
+        kind = ""
     page = Paginator(runs, 100).get_page(request.GET.get("page"))
     failures = runs_for_listing(campaign.runs.filter(status=RunStatus.FAILED).order_by("id"))[:20]
     progress = campaign.progress()
     return {"campaign": campaign, "progress": progress, "page_obj": page, "runs": page.object_list,
             "failures": failures, "status": status, "statuses": RunStatus.choices,
+            "kind": kind, "kind_label": RunFailureKind(kind).label if kind else "",
+            "failure_kinds": breakdown(failure_counts(campaign.runs.all())),
             "live": campaign.state == "running" and progress["done"] < progress["total"]}
 
 
 def campaign_detail(request, pk):
     campaign = get_object_or_404(Campaign.objects.select_related("created_by", "cancelled_by"), pk=pk)
-    return render(request, "runners/campaign_detail.html", campaign_context(request, campaign))
+    context = campaign_context(request, campaign)
+    context["retry_form"] = RetryForm(present=context["failure_kinds"])
+    return render(request, "runners/campaign_detail.html", context)
 
 
 def campaign_live(request, pk):
@@ -113,9 +124,16 @@ def campaign_cancel(request, pk):
 @require_POST
 @permission_required(TRIGGER_PERMISSION, raise_exception=True)
 def campaign_retry(request, pk):
+    """Retry the failed and cancelled runs of the kinds ticked (a form without the boxes: all of them)."""
     campaign = get_object_or_404(Campaign, pk=pk)
-    queued = do_retry_failed_runs(campaign, acting_user=request.user)
-    messages.info(request, f"Queued {len(queued)} failed or cancelled run(s) again.")
+    form = RetryForm(request.POST, present=breakdown(failure_counts(campaign.runs.all())))
+    if not form.is_valid():
+        messages.warning(request, " ".join(form.errors.get("kind", form.non_field_errors())))
+        return redirect(campaign)
+    kinds = form.kinds()
+    queued = do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)
+    which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
+    messages.info(request, f"Queued {len(queued)} failed or cancelled run(s) again{which}.")
     return redirect(campaign)
 
 

@@ -1,13 +1,20 @@
 """REST API: reading is open, triggering runs is a maintainer's right (token or session)."""
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
-from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
 from runners.models import Campaign, Run
 
-from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, UserFactory
+from .factories import (
+    AlarmFactory,
+    BugFactory,
+    MaintainerFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    UserFactory,
+)
+from .helpers import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -19,13 +26,6 @@ def bug():
     bug = BugFactory(bug_id="TEST-API", framework="deepspeed", multi_rank=True)
     ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
     return bug
-
-
-def client_for(user=None):
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {do_create_api_token('test', acting_user=user)[1]}")
-    return client
 
 
 def test_anonymous_can_list_and_filter_bugs(bug):
@@ -87,12 +87,8 @@ def test_schema_and_docs_are_served():
 
 
 def test_runs_list_counts_alarms_in_one_query(django_assert_max_num_queries):
-    from runners.models import Alarm
-
-    from .factories import RunFactory
-
     for _ in range(5):
-        Alarm.objects.create(run=RunFactory(), step=1, rule="r", message="m")
+        AlarmFactory(run=RunFactory(), step=1, rule="r", message="m")
     with django_assert_max_num_queries(3):  # count, page, nothing per run
         runs = client_for().get("/api/runs/").json()["results"]
     assert [run["alarm_count"] for run in runs] == [1] * 5

@@ -17,10 +17,9 @@ from .factories import (
     RunFactory,
     UserFactory,
 )
-from .test_api import client_for
+from .helpers import HOSTILE, client_for
 
 pytestmark = pytest.mark.django_db
-HOSTILE = "<script>alert('pwned')</script>"
 
 
 @pytest.fixture

@@ -1,54 +1,24 @@
 """The results plots and the stability history: each figure's numbers equal the table beside it."""
 import json
 import statistics
-from html.parser import HTMLParser
 
 import pytest
 
-from evaluation.models import Evaluation
-from runners.models import Alarm, Campaign, Environment, StabilityCheck
+from runners.models import Alarm
 from runners.registry import detector_record
 
-from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
+from .factories import (
+    BugFactory,
+    CampaignFactory,
+    EnvironmentFactory,
+    EvaluationFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    StabilityCheckFactory,
+)
+from .helpers import HOSTILE, make_runs, table
 
 pytestmark = pytest.mark.django_db
-
-HOSTILE = "<script>alert('pwned')</script>"
-
-
-class _Tables(HTMLParser):
-    """The cell texts of one table of a page, by id."""
-
-    def __init__(self, table_id):
-        super().__init__()
-        self.table_id, self.inside, self.rows, self.cell = table_id, False, [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table" and dict(attrs).get("id") == self.table_id:
-            self.inside = True
-        elif self.inside and tag == "tr":
-            self.rows.append([])
-        elif self.inside and tag in ("td", "th"):
-            self.cell = ""
-
-    def handle_endtag(self, tag):
-        if tag == "table":
-            self.inside = False
-        elif self.inside and tag in ("td", "th") and self.cell is not None:
-            self.rows[-1].append(" ".join(self.cell.split()))
-            self.cell = None
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell += data
-
-
-def table(page, table_id):
-    """[{header: cell text}] of the table with this id."""
-    parser = _Tables(table_id)
-    parser.feed(page)
-    header, *rows = parser.rows
-    return [dict(zip(header, row)) for row in rows]
 
 
 def figure(page, figure_id):
@@ -57,37 +27,6 @@ def figure(page, figure_id):
 
 def number(text):
     return None if text == "–" else float(text)
-
-
-def make_runs(bug_title="A test bug", rule="no_parameter_updated", campaign=None, environment=None):
-    """Two bugs x (param_not_updated, plain): a detection with latency 2, a pre-trigger false alarm,
-    a clean run with an alarm; the second bug's cuda reproducer is detected at latency 4."""
-    first = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-A", title=bug_title)))
-    second_bug = BugFactory(bug_id="TEST-B", framework="deepspeed", fault_location="framework")
-    second = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug))
-    cuda = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug, name="cuda"))
-    guard, plain = detector_record("param_not_updated"), detector_record("plain")
-
-    def run(version, detector, variant, alarm_steps=(), seed=0, manifested=None):
-        made = RunFactory(reproducer_version=version, detector=detector, variant=variant, status="succeeded",
-                          steps=10, trigger_step=3, trigger_time=100.0, seed=seed, campaign=campaign,
-                          environment=environment,
-                          manifested=(variant == "buggy") if manifested is None else manifested,
-                          step_records=[{"step": s, "rank": 0, "loss": 1.0, "time": 100.0 + s} for s in range(10)])
-        for step in alarm_steps:
-            Alarm.objects.create(run=made, step=step, rule=rule, message=HOSTILE, time=100.0 + step)
-        return made
-
-    return {
-        "detected": run(first, guard, "buggy", [5]),
-        "detected_seed_1": run(first, guard, "buggy", [3], seed=1),
-        "clean": run(first, guard, "fixed"),
-        "early": run(second, guard, "buggy", [1]),
-        "clean_fp": run(second, guard, "fixed", [4]),
-        "cuda": run(cuda, guard, "buggy", [7]),
-        "plain_buggy": run(first, plain, "buggy"),
-        "plain_fixed": run(first, plain, "fixed"),
-    }
 
 
 @pytest.fixture
@@ -143,8 +82,8 @@ def test_overhead_bars_equal_the_stored_table_on_a_log_axis(client):
                 {"detector": "traincheck_full", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 73.4,
                  "median_end_to_end_ratio": 80.1}]
     detector_record("traincheck_full")  # the filter offers the detectors the database knows
-    Evaluation.objects.create(campaign=Campaign.objects.create(name="evaluation"), parameters={"runs": 0},
-                              tables={"detection": [], "false_positives": [], "latency": [], "overhead": overhead})
+    EvaluationFactory(campaign=CampaignFactory(name="evaluation"), parameters={"runs": 0},
+                      tables={"detection": [], "false_positives": [], "latency": [], "overhead": overhead})
     page = client.get("/results/").content.decode()
     chart = figure(page, "overhead-chart-figure")
     step, end_to_end = chart["data"]
@@ -169,16 +108,15 @@ def test_plots_follow_the_filter(client, runs):
 
 
 def environment(host, torch, gpu=""):
-    return Environment.objects.create(fingerprint=f"{host}-{torch}-{gpu}", host=host, torch=torch, gpu=gpu,
-                                      python="3.11.7")
+    return EnvironmentFactory(fingerprint=f"{host}-{torch}-{gpu}", host=host, torch=torch, gpu=gpu, python="3.11.7")
 
 
 def test_stability_history_on_the_bug_page(client):
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-S")))
     old, new = environment("box", "2.1.2"), environment(HOSTILE, "2.4.1", "NVIDIA A100")
     for env, buggy, fixed, verdict in ((old, 5, 0, "verified"), (new, 3, 1, "flaky"), (new, 5, 0, "verified")):
-        StabilityCheck.objects.create(reproducer_version=version, environment=env, seeds=5, buggy_manifested=buggy,
-                                      fixed_manifested=fixed, verdict=verdict)
+        StabilityCheckFactory(reproducer_version=version, environment=env, seeds=5, buggy_manifested=buggy,
+                              fixed_manifested=fixed, verdict=verdict)
     page = client.get("/bugs/TEST-S/").content.decode()
     assert "<script>alert" not in page
     chart = figure(page, "stability-chart-figure")

@@ -4,25 +4,32 @@ import io
 
 import pytest
 
-from runners.models import Alarm, Campaign, Environment
 from runners.registry import detector_record
 
-from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
-from .test_charts import HOSTILE, table
+from .factories import (
+    AlarmFactory,
+    BugFactory,
+    CampaignFactory,
+    EnvironmentFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+)
+from .helpers import HOSTILE, table
 
 pytestmark = pytest.mark.django_db
 
 
 def environment(host, torch, gpu=""):
-    return Environment.objects.create(fingerprint=f"{host}-{torch}", host=host, torch=torch, gpu=gpu, python="3.11")
+    return EnvironmentFactory(fingerprint=f"{host}-{torch}", host=host, torch=torch, gpu=gpu, python="3.11")
 
 
 @pytest.fixture
 def sides():
     """Campaign A on torch 2.1, campaign B on torch 2.4. On B: TEST-GONE stops reproducing, the guard
     misses TEST-MISS it caught before, catches TEST-NEW it missed, and alarms on TEST-MISS's fixed run."""
-    before = Campaign.objects.create(name="before")
-    after = Campaign.objects.create(name=HOSTILE)
+    before = CampaignFactory(name="before")
+    after = CampaignFactory(name=HOSTILE)
     old, new = environment("old-box", "2.1.2"), environment(HOSTILE, "2.4.1", "NVIDIA H100")
     guard, plain = detector_record("param_not_updated"), detector_record("plain")
     versions = {bug_id: ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
@@ -33,7 +40,7 @@ def sides():
                           reproducer_version=versions[bug_id], detector=detector, variant=variant,
                           status="succeeded", steps=10, trigger_step=3, manifested=manifested)
         for step in alarm_steps:
-            Alarm.objects.create(run=made, step=step, rule=HOSTILE, message=HOSTILE)
+            AlarmFactory(run=made, step=step, rule=HOSTILE, message=HOSTILE)
 
     for campaign in (before, after):
         later = campaign == after

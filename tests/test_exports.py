@@ -6,12 +6,10 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from evaluation.models import Evaluation
 from evaluation.results import TABLES
-from runners.models import Campaign
 
-from .factories import BugFactory
-from .test_charts import HOSTILE, make_runs, table
+from .factories import BugFactory, CampaignFactory, EvaluationFactory
+from .helpers import HOSTILE, make_runs, table
 
 pytestmark = pytest.mark.django_db
 
@@ -68,7 +66,7 @@ def test_outcome_selects_matrix_rows(client, runs):
 
 
 def test_a_stored_evaluation_narrowed_by_bug_recomputes_from_its_runs(client):
-    campaign = Campaign.objects.create(name="evaluation")
+    campaign = CampaignFactory(name="evaluation")
     make_runs(campaign=campaign)
     stored = {"detection": [{"bug": "TEST-A", "reproducer": "cpu", "detector": "param_not_updated", "buggy_runs": 9,
                              "detected_runs": 9, "outcome": "detected", "fixed_runs": 9, "fixed_runs_with_alarm": 0,
@@ -79,7 +77,7 @@ def test_a_stored_evaluation_narrowed_by_bug_recomputes_from_its_runs(client):
               "false_positives": [{"detector": "param_not_updated", "clean_runs": 99, "clean_runs_with_alarm": 0,
                                    "fp_rate": 0.0, "fp_ci_low": 0.0, "fp_ci_high": 0.04}],
               "latency": [], "overhead": []}
-    evaluation = Evaluation.objects.create(campaign=campaign, tables=stored, parameters={"runs": 8})
+    evaluation = EvaluationFactory(campaign=campaign, tables=stored, parameters={"runs": 8})
     whole = client.get("/api/results/").json()
     assert whole["evaluation"] == evaluation.pk and whole["false_positives"][0]["clean_runs"] == 99  # as stored
     narrowed = client.get("/api/results/", {"bug": "TEST-A"}).json()

@@ -21,9 +21,9 @@ from runners.plans import CampaignPlan
 from runners.reconciler import reconcile
 from runners.registry import detector_record
 
-from .factories import GOOD_REPRODUCER, PROGRAM_PREAMBLE, ReproducerVersionFactory
+from .factories import GOOD_REPRODUCER, PROGRAM_PREAMBLE, CampaignFactory, ReproducerVersionFactory, WorkerFactory
+from .helpers import is_running
 from .services import celery_on, django_on
-from .test_runner import is_running
 
 # Small windows so that each fault heals in seconds (production: 15 s, 90 s, 60 s).
 FAST = {"SILENTBENCH_HEARTBEAT_SECONDS": "0.5", "SILENTBENCH_WORKER_STALE_SECONDS": "3",
@@ -227,7 +227,6 @@ def test_reconcile_requeues_a_silent_workers_runs_and_completes_a_missed_campaig
     from django.utils import timezone
 
     from runners import reconciler
-    from runners.models import Worker
 
     from .factories import RunFactory
 
@@ -235,11 +234,11 @@ def test_reconcile_requeues_a_silent_workers_runs_and_completes_a_missed_campaig
     monkeypatch.setattr(reconciler, "enqueue_runs", enqueued.extend)
     settings.SILENTBENCH_WORKER_STALE_SECONDS = 60
     now = timezone.now()
-    silent = Worker.objects.create(hostname="silent@a", last_seen=now - timedelta(seconds=61))
-    alive = Worker.objects.create(hostname="alive@b", last_seen=now - timedelta(seconds=5))
+    silent = WorkerFactory(hostname="silent@a", last_seen=now - timedelta(seconds=61))
+    alive = WorkerFactory(hostname="alive@b", last_seen=now - timedelta(seconds=5))
     orphan = RunFactory(status=RunStatus.RUNNING, worker=silent, attempts=1, started_at=now)
     busy = RunFactory(status=RunStatus.RUNNING, worker=alive, attempts=1, started_at=now)
-    finished = Campaign.objects.create(name="done, never marked")
+    finished = CampaignFactory(name="done, never marked")
     RunFactory(campaign=finished, status=RunStatus.SUCCEEDED)
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -6,17 +6,19 @@ from django.utils import timezone
 from bugs.actions import do_submit_reproducer
 from bugs.models import BugStatus
 from runners.actions import do_create_campaign
-from runners.models import Alarm, Environment, StabilityCheck
 from runners.plans import CampaignPlan
 from runners.registry import detector_record
 
 from .factories import (
     GOOD_REPRODUCER,
+    AlarmFactory,
     BugFactory,
+    EnvironmentFactory,
     MaintainerFactory,
     ReproducerFactory,
     ReproducerVersionFactory,
     RunFactory,
+    StabilityCheckFactory,
     UserFactory,
 )
 
@@ -40,8 +42,8 @@ def hostile_world():
                                         files={"repro.py": code})
     pending = do_submit_reproducer({"repro.py": code + "\n", "reproducer.yaml": (
         "entrypoint: repro.py\nstrategy: injected\ndefault_steps: 3\nneeds: {}\n")}, bug=bug, acting_user=submitter)
-    environment = Environment.objects.create(fingerprint="evil", host=HOSTILE, cpu=HOSTILE, gpu=HOSTILE,
-                                             python="3.11", torch=HOSTILE, facts={"note": HOSTILE})
+    environment = EnvironmentFactory(fingerprint="evil", host=HOSTILE, cpu=HOSTILE, gpu=HOSTILE, python="3.11",
+                                     torch=HOSTILE, facts={"note": HOSTILE})
     campaign = do_create_campaign(HOSTILE,
                                   CampaignPlan.build([approved], [detector_record("param_not_updated")],
                                                      ["buggy", "fixed"], [0]), enqueue=False, acting_user=None)
@@ -52,10 +54,10 @@ def hostile_world():
             stderr=HOSTILE, oracle_summary=HOSTILE, manifested=run.variant == "buggy", trigger_step=1,
             environment=environment, finished_at=timezone.now(), wall_seconds=1.0,
             step_records=[{"step": s, "rank": 0, "loss": 1.0, "time": 1.0 + s, "metrics": {}} for s in range(3)])
-        Alarm.objects.create(run=run, step=2, rule=HOSTILE + FORMULA, message=HOSTILE, evidence={"x": HOSTILE})
+        AlarmFactory(run=run, step=2, rule=HOSTILE + FORMULA, message=HOSTILE, evidence={"x": HOSTILE})
         runs.append(run)
-    StabilityCheck.objects.create(reproducer_version=approved, campaign=campaign, environment=environment, seeds=1,
-                                  buggy_manifested=1, fixed_manifested=0, verdict="verified")
+    StabilityCheckFactory(reproducer_version=approved, campaign=campaign, environment=environment, seeds=1,
+                          buggy_manifested=1, fixed_manifested=0, verdict="verified")
     bug.status = BugStatus.VERIFIED
     bug.save()
     return {"bug": bug, "pending": pending, "campaign": campaign, "runs": runs, "environment": environment,

@@ -6,10 +6,18 @@ import json
 import pytest
 from django.core.management import call_command
 
-from runners.models import Alarm
 from runners.registry import detector_record
 
-from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
+from .factories import (
+    AlarmFactory,
+    BugFactory,
+    CampaignFactory,
+    EvaluationFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+)
+from .helpers import HOSTILE
 
 pytestmark = pytest.mark.django_db
 
@@ -18,7 +26,6 @@ BUGS_MD_IDS = [
     "TE-1047", "PT-84803", "PT-181723", "PT-36485", "PT-5801", "PT-SYNCBN-UNEVEN", "PT-18465", "TF-41539",
     "TF-25175", "TF-40638",
 ]
-HOSTILE = "<script>alert('pwned')</script>"
 
 
 @pytest.fixture
@@ -34,8 +41,7 @@ def results():
                           step_records=[{"step": s, "rank": 0, "loss": 1.0 / (s + 1), "time": 100.0 + s,
                                          "metrics": {}} for s in range(10)])
         for step in alarm_steps:
-            Alarm.objects.create(run=made, step=step, rule="no_parameter_updated", message=HOSTILE,
-                                 time=100.0 + step)
+            AlarmFactory(run=made, step=step, rule="no_parameter_updated", message=HOSTILE, time=100.0 + step)
         return made
 
     return {
@@ -81,7 +87,7 @@ def test_hostile_text_is_shown_as_text(client, results):
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug), files={"repro.py": f"# {HOSTILE}\n"})
     run = RunFactory(reproducer_version=version, status="failed", failure_reason=HOSTILE, stderr=HOSTILE,
                      stdout=HOSTILE, oracle_summary=HOSTILE)
-    Alarm.objects.create(run=run, step=0, rule=HOSTILE, message=HOSTILE)
+    AlarmFactory(run=run, step=0, rule=HOSTILE, message=HOSTILE)
     for url in ("/", "/bugs/TEST-EVIL/", run.get_absolute_url(), results["detected"].get_absolute_url(),
                 "/campaigns/", "/results/"):
         page = client.get(url).content.decode()
@@ -158,17 +164,14 @@ def test_latency_and_per_check_rate_tables(client, results):
 
 
 def test_results_show_the_stored_tables_of_the_latest_evaluation(client, results):
-    from evaluation.models import Evaluation
-    from runners.models import Campaign
-
-    campaign = Campaign.objects.create(name="evaluation")
+    campaign = CampaignFactory(name="evaluation")
     stored = {"detection": [{"bug": "TEST-Z", "reproducer": "cpu", "detector": "nan_inf", "buggy_runs": 1,
                              "detected_runs": 1, "outcome": "detected", "fixed_runs": 1,
                              "fixed_runs_with_alarm": 0, "pre_trigger_false_alarm_runs": 0}],
               "false_positives": [], "latency": [],
               "overhead": [{"detector": "nan_inf", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 1.07,
                             "median_end_to_end_ratio": HOSTILE}]}
-    evaluation = Evaluation.objects.create(campaign=campaign, tables=stored, parameters={"runs": 2, "seeds": 1})
+    evaluation = EvaluationFactory(campaign=campaign, tables=stored, parameters={"runs": 2, "seeds": 1})
     page = client.get("/results/").content.decode()
     tables = page.split('id="detection-matrix"', 1)[1]  # (the filter form above lists every bug)
     assert "TEST-Z" in tables and "TEST-A" not in tables  # stored numbers, not the live runs
@@ -176,7 +179,7 @@ def test_results_show_the_stored_tables_of_the_latest_evaluation(client, results
     assert f"evaluation #{evaluation.pk}" in page
     overhead = client.get("/results/overhead.csv").content.decode()
     assert overhead.splitlines()[1].startswith("nan_inf,5,5,1.07,")
-    results["detected"].campaign = Campaign.objects.create(name="live")
+    results["detected"].campaign = CampaignFactory(name="live")
     results["detected"].save()
     live = client.get("/results/detection.json", {"campaign": results["detected"].campaign_id}).json()
     assert [row["bug"] for row in live] == ["TEST-A"]  # a campaign's live tables, not the stored ones

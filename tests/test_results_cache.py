@@ -4,11 +4,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
-from runners.models import Alarm, Run, RunStatus
+from runners.models import Run, RunStatus
 from runners.plans import CampaignPlan
 from runners.registry import detector_record
 
-from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory
+from .factories import AlarmFactory, BugFactory, ReproducerFactory, ReproducerVersionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +37,7 @@ def test_completed_campaign_tables_are_cached_until_a_retry_reopens_it(client):
 
     do_retry_failed_runs(campaign, acting_user=None)  # reopens it: live again, and the new result shows
     Run.objects.filter(pk=buggy.pk).update(status=RunStatus.SUCCEEDED)
-    Alarm.objects.create(run_id=buggy.pk, step=2, rule="no_parameter_updated", message="m")
+    AlarmFactory(run=buggy, step=2, rule="no_parameter_updated", message="m")
     assert do_complete_campaign(campaign)
     _, after = queries(client, url)
     badge = 'class="badge detected">detected</span>'

@@ -37,7 +37,7 @@ from runners.routing import (
 )
 from runners.tasks import execute_run
 
-from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory
+from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory, WorkerFactory
 
 SMI_QUERY = """\
 0, NVIDIA A100-SXM4-40GB, 40960, GPU-5f2a9d1c-0b7e-4c1e-9d1b-1a2b3c4d5e6f
@@ -223,11 +223,11 @@ def test_the_environment_records_nvidia_smi_and_the_run_page_shows_it_escaped(tw
 @pytest.mark.django_db
 def test_a_run_no_worker_can_serve_fails_with_the_reason(client):
     now = timezone.now()
-    Worker.objects.create(hostname="a", queues=["cpu"], last_seen=now - timedelta(minutes=1))
-    Worker.objects.create(hostname="b", queues=queues_for_worker({"gpus": TWO_A100[:1]}),
-                          capabilities={"gpus": TWO_A100[:1]}, last_seen=now)
-    Worker.objects.create(hostname="gone", queues=queues_for_worker({"gpus": TWO_A100 * 2}),
-                          capabilities={"gpus": TWO_A100 * 2}, last_seen=now - timedelta(hours=1))
+    WorkerFactory(hostname="a", queues=["cpu"], last_seen=now - timedelta(minutes=1))
+    WorkerFactory(hostname="b", queues=queues_for_worker({"gpus": TWO_A100[:1]}), capabilities={"gpus": TWO_A100[:1]},
+                  last_seen=now)
+    WorkerFactory(hostname="gone", queues=queues_for_worker({"gpus": TWO_A100 * 2}),
+                  capabilities={"gpus": TWO_A100 * 2}, last_seen=now - timedelta(hours=1))
     detector = detector_record("plain")
     plan = CampaignPlan.build([version_needing(gpus=2, gpu_memory_gb=40), version_needing(gpus=1)], [detector],
                               ["buggy"], [0])

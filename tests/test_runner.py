@@ -8,7 +8,8 @@ from runners.execution import execute
 from runners.models import RunStatus
 from runners.tasks import execute_run
 
-from .factories import GOOD_REPRODUCER, ReproducerVersionFactory, RunFactory
+from .factories import GOOD_REPRODUCER, AlarmFactory, CampaignFactory, ReproducerVersionFactory, RunFactory
+from .helpers import is_running
 
 pytestmark = pytest.mark.django_db
 
@@ -68,15 +69,6 @@ def test_children_of_a_hanging_reproducer_are_killed_too():
     outcome = execute(run_with(source, time_limit=3))
     child_pid = int(outcome.stdout.split()[0])
     assert not is_running(child_pid)
-
-
-def is_running(pid):
-    """Alive and not a zombie (an orphan's zombie waits for init, which may not reap here)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_huge_output_is_capped_and_a_flood_is_killed(settings):
@@ -156,13 +148,12 @@ def test_a_run_is_claimed_once():
 def test_retrying_failed_runs_queues_new_attempts_and_keeps_what_they_were(client, django_capture_on_commit_callbacks):
     from core.models import AuditEvent
     from runners.actions import do_retry_failed_runs
-    from runners.models import Alarm, Campaign
 
     from .factories import MaintainerFactory, UserFactory
 
-    campaign = Campaign.objects.create(name="c")
+    campaign = CampaignFactory(name="c")
     failed = RunFactory(campaign=campaign, status=RunStatus.FAILED, failure_reason="Crashed", attempts=1)
-    Alarm.objects.create(run=failed, step=0, rule="r", message="m")
+    AlarmFactory(run=failed, step=0, rule="r", message="m")
     done = RunFactory(campaign=campaign, status=RunStatus.SUCCEEDED)
     client.force_login(UserFactory())  # the edge checks the permission
     assert client.post(f"/campaigns/{campaign.pk}/retry/").status_code == 403
@@ -181,11 +172,10 @@ def test_retrying_failed_runs_queues_new_attempts_and_keeps_what_they_were(clien
 
 
 def test_a_campaign_counts_as_stalled_only_after_its_slowest_run_could_have_finished():
-    from runners.models import Campaign
     from runners.progress import stall_limit
     from runners.registry import detector_record
 
-    campaign = Campaign.objects.create(name="c")
+    campaign = CampaignFactory(name="c")
     version = ReproducerVersionFactory(time_limit_seconds=60)
     RunFactory(campaign=campaign, reproducer_version=version, detector=detector_record("plain"))
     assert stall_limit(campaign) == 2 * 60 + 120

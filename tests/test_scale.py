@@ -9,7 +9,14 @@ from django.test.utils import CaptureQueriesContext
 from runners.models import Alarm, Campaign, Environment, Run, StabilityCheck
 from runners.registry import detector_record
 
-from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
+from .factories import (
+    BugFactory,
+    CampaignFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    StabilityCheckFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -23,8 +30,8 @@ def grow(bug, campaign, reproducers, runs_per_version):
         reproducer = ReproducerFactory(bug=bug, name=f"cpu{index}")
         ReproducerVersionFactory(reproducer=reproducer, files={"repro.py": f"# old {index}\n"})
         version = ReproducerVersionFactory(reproducer=reproducer, files={"repro.py": f"# <script>{index}\n"})
-        StabilityCheck.objects.create(reproducer_version=version, environment=environment, seeds=3,
-                                      buggy_manifested=3, fixed_manifested=0, verdict="verified")
+        StabilityCheckFactory(reproducer_version=version, environment=environment, seeds=3,
+                              buggy_manifested=3, fixed_manifested=0, verdict="verified")
         for seed in range(runs_per_version):
             run = RunFactory(reproducer_version=version, campaign=campaign, detector=detectors[seed % 2],
                              variant=("buggy", "fixed")[seed % 2], seed=seed, status="succeeded", trigger_step=1,
@@ -43,7 +50,7 @@ def queries(client, url):
 
 def test_query_counts_do_not_grow_with_the_history(client):
     bug = BugFactory(bug_id="SCALE-1")
-    campaigns = [Campaign.objects.create(name="campaign 0")]
+    campaigns = [CampaignFactory(name="campaign 0")]
     grow(bug, campaigns[0], reproducers=1, runs_per_version=2)
     BugFactory.create_batch(2)
     run = Run.objects.filter(alarms__isnull=False).first()
@@ -55,7 +62,7 @@ def test_query_counts_do_not_grow_with_the_history(client):
 
     grow(bug, campaigns[0], reproducers=2, runs_per_version=6)  # 3x the reproducers, 5x the runs
     for n in (1, 2):
-        grow(BugFactory(), Campaign.objects.create(name=f"campaign {n}"), reproducers=2, runs_per_version=3)
+        grow(BugFactory(), CampaignFactory(name=f"campaign {n}"), reproducers=2, runs_per_version=3)
     BugFactory.create_batch(6)
     assert Run.objects.count() == 2 + 2 * 6 + 2 * 2 * 3
     large = {url: queries(client, url) for url in urls}
@@ -64,7 +71,7 @@ def test_query_counts_do_not_grow_with_the_history(client):
 
 def test_bug_page_shows_every_reproducer_card_and_pages_its_runs(client):
     bug = BugFactory(bug_id="SCALE-2")
-    grow(bug, Campaign.objects.create(name="c"), reproducers=3, runs_per_version=20)
+    grow(bug, CampaignFactory(name="c"), reproducers=3, runs_per_version=20)
     page = client.get(f"/bugs/{bug.bug_id}/").content.decode()
     for index in range(3):
         assert f"&lt;script&gt;{index}" in page  # the latest version's code, escaped

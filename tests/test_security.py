@@ -42,13 +42,14 @@ from .factories import (
     GOOD_REPRODUCER,
     PROGRAM_PREAMBLE,
     BugFactory,
+    CampaignFactory,
     MaintainerFactory,
     ReproducerFactory,
     ReproducerVersionFactory,
     RunFactory,
     UserFactory,
 )
-from .test_submissions import BUG_FORM, FILES, uploads
+from .helpers import BUG_FORM, FILES, uploads
 
 pytestmark = pytest.mark.django_db
 REPO = Path(__file__).resolve().parent.parent
@@ -128,7 +129,7 @@ def test_retrying_a_run_of_an_unapproved_version_still_refuses_it(marker, sandbo
                                                                    django_capture_on_commit_callbacks):
     """Retry clears a failed run and queues it again; the approval is checked again when it executes."""
     version = ReproducerVersionFactory(files={"repro.py": marking_code(marker)}, review_state=ReviewState.PENDING)
-    campaign = Campaign.objects.create(name="forged")
+    campaign = CampaignFactory(name="forged")
     run = RunFactory(reproducer_version=version, campaign=campaign, status=RunStatus.FAILED)
     response = token_client(MaintainerFactory()).post(f"/api/campaigns/{campaign.pk}/retry/")
     assert response.json() == {"runs": [run.pk]}
@@ -241,7 +242,7 @@ def test_the_admin_cannot_approve_add_versions_or_add_runs(client, pending_only)
 
 def test_admin_campaign_actions_need_the_maintainer_permission(client, marker, sandbox_calls):
     version = ReproducerVersionFactory(files={"repro.py": marking_code(marker)}, review_state=ReviewState.PENDING)
-    campaign = Campaign.objects.create(name="c")
+    campaign = CampaignFactory(name="c")
     run = RunFactory(reproducer_version=version, campaign=campaign, status=RunStatus.FAILED)
     action = {"action": "retry_failed_runs", "_selected_action": [campaign.pk]}
 

@@ -24,7 +24,7 @@ from runners.detectors.traincheck import TrainCheck
 from runners.models import Campaign
 
 from .factories import GOOD_REPRODUCER, BugFactory, UserFactory
-from .test_api import client_for
+from .helpers import client_for
 
 STYLESHEET_LINK = re.compile(r'<link\b[^>]*\brel="stylesheet"[^>]*\bhref="([^"]+)"')
 

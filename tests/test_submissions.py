@@ -17,22 +17,10 @@ from bugs.submissions import SubmissionLimits, read_uploads, reproducer_problems
 from runners.actions import do_complete_campaign
 from runners.models import Campaign, CampaignPurpose, Run, RunStatus, StabilityCheck
 
-from .factories import GOOD_REPRODUCER, MaintainerFactory, UserFactory
-from .test_api import client_for
+from .factories import GOOD_REPRODUCER, BugFactory, MaintainerFactory, UserFactory
+from .helpers import BUG_FORM, FILES, HOSTILE, SUBMISSION_MANIFEST, client_for, uploads
 
 pytestmark = pytest.mark.django_db
-
-HOSTILE = "<script>alert('pwned')</script>"
-MANIFEST = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 4,
-            "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 30, "memory_mb": 1024}}
-FILES = {"repro.py": GOOD_REPRODUCER, "reproducer.yaml": yaml.safe_dump(MANIFEST)}
-BUG_FORM = {"bug_id": "GH-4242", "title": "Gradients silently dropped", "framework": "pytorch",
-            "fault_location": "user", "root_cause": "A detach in the wrong place.", "symptom": "Loss plateaus.",
-            "reproduction": "injected", "reproducer_name": "cpu"}
-
-
-def uploads(files):
-    return [SimpleUploadedFile(name, text.encode()) for name, text in files.items()]
 
 
 def archive(files, kind="zip", prefix="my-repro/"):
@@ -85,7 +73,7 @@ def test_archives_cannot_escape_the_folder_or_smuggle_binaries():
 
 def test_every_problem_of_the_code_is_named_at_once():
     manifest, problems = reproducer_problems({
-        "reproducer.yaml": yaml.safe_dump({**MANIFEST, "strategy": "guessed", "entrypoint": "main.py"}),
+        "reproducer.yaml": yaml.safe_dump({**SUBMISSION_MANIFEST, "strategy": "guessed", "entrypoint": "main.py"}),
         "repro.py": "def broken(:\n    pass\n",
     })
     assert "reproducer.yaml: strategy must be one of faithful, injected." in problems
@@ -97,7 +85,7 @@ def test_every_problem_of_the_code_is_named_at_once():
     assert problems[0].startswith("No reproducer.yaml")
     _, problems = reproducer_problems({**FILES, "reproducer.yaml": "needs: [1, 2]\n"})
     assert "reproducer.yaml: 'entrypoint' is not declared." in problems
-    assert reproducer_problems(FILES) == (MANIFEST, [])
+    assert reproducer_problems(FILES) == (SUBMISSION_MANIFEST, [])
 
 
 # --- the web form ---------------------------------------------------------------------------------
@@ -125,8 +113,7 @@ def test_a_contributor_submits_through_the_form_and_nothing_runs(client, django_
 
 def test_the_form_reports_every_problem_and_stores_nothing(client):
     client.force_login(UserFactory())
-    Bug.objects.create(bug_id="GH-1", title="taken", framework="pytorch", fault_location="user",
-                       root_cause="r", symptom="s")
+    BugFactory(bug_id="GH-1", title="taken", status=BugStatus.SUBMITTED)
     broken = {**FILES, "repro.py": GOOD_REPRODUCER + "\nif True\n"}
     page = client.post("/submit/", {**BUG_FORM, "bug_id": "GH-1", "files": uploads(broken)}).content.decode()
     assert "Bug with this ID already exists." in page
@@ -287,7 +274,8 @@ def test_unreviewed_submissions_stay_out_of_the_public_catalog(client, submitted
 def test_a_submitted_manifest_changes_where_runs_go_only_once_approved(submitted):
     maintainer = MaintainerFactory()
     do_review_version(submitted, approve=True, verify=False, acting_user=maintainer)
-    cuda = yaml.safe_dump({**MANIFEST, "needs": {**MANIFEST["needs"], "cuda": True, "world_size": 4}})
+    needs = {**SUBMISSION_MANIFEST["needs"], "cuda": True, "world_size": 4}
+    cuda = yaml.safe_dump({**SUBMISSION_MANIFEST, "needs": needs})
     newer = do_submit_reproducer({**FILES, "reproducer.yaml": cuda}, bug=submitted.reproducer.bug,
                                  acting_user=submitted.submitted_by)
     reproducer = newer.reproducer

@@ -7,9 +7,16 @@ from rest_framework.test import APIClient
 from bugs.actions import do_deprecate_bug
 from bugs.models import Bug, BugStatus
 from runners.actions import do_record_stability
-from runners.models import Campaign, StabilityCheck, StabilityVerdict
+from runners.models import StabilityCheck, StabilityVerdict
 
-from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory, UserFactory
+from .factories import (
+    BugFactory,
+    CampaignFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    UserFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +33,7 @@ def test_verdict_definition(buggy, fixed, failed, verdict):
 
 
 def campaign_with(bug, buggy_manifested, fixed_manifested, seeds=3):
-    campaign = Campaign.objects.create(name="verification")
+    campaign = CampaignFactory(name="verification")
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
     for seed in range(seeds):
         RunFactory(campaign=campaign, reproducer_version=version, variant="buggy", seed=seed, status="succeeded",

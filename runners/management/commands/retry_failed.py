@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, line_writer
 from runners.actions import do_retry_failed_runs
+from runners.failures import parse_kinds
 from runners.local_worker import wait_with_local_worker
 from runners.models import Campaign
 
@@ -14,17 +15,23 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("campaign", type=int, help="campaign ID")
         parser.add_argument("--detectors", type=comma_list, help="only runs of these detectors")
+        parser.add_argument("--kinds", type=comma_list,
+                            help="only runs that failed this way, e.g. time_limit,crash (see Run.failure_kind)")
         parser.add_argument("--concurrency", type=int, default=1)
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
 
-    def handle(self, *args, campaign, detectors, concurrency, no_worker, **options):
+    def handle(self, *args, campaign, detectors, kinds, concurrency, no_worker, **options):
+        try:
+            kinds = parse_kinds(kinds) if kinds else None
+        except ValueError as error:
+            raise CommandError(str(error)) from error
         found = Campaign.objects.filter(pk=campaign).first()
         if found is None:
             raise CommandError(f"No campaign #{campaign}.")
         runs = found.runs.all()
         if detectors:
             runs = runs.filter(detector__name__in=detectors)
-        run_ids = do_retry_failed_runs(found, runs, acting_user=None)  # the operator
+        run_ids = do_retry_failed_runs(found, runs, kinds=kinds, acting_user=None)  # the operator
         self.stdout.write(f"Campaign #{found.pk}: {len(run_ids)} failed run(s) queued again.")
         if run_ids:
             progress = wait_with_local_worker(found, line_writer(sys.stdout), "retry", concurrency,
