@@ -16,8 +16,8 @@ BROKER_FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "cont
 
 def ensure_broker_folders(broker_url, transport_options):
     """The filesystem broker's folders (the embedded default); kombu makes none but the control folder, and
-    not its parents. Called as the app is configured, before anything sends or consumes, and by the local
-    worker's starter (runners/local_worker.py); not when the settings are read. Any other broker: nothing."""
+    not its parents. Called as the app is configured (in a producer, and in a worker as it starts), before
+    anything sends or consumes; not when the settings are read. Any other broker: nothing."""
     if not (broker_url or "").startswith("filesystem://"):
         return
     for key in BROKER_FOLDERS:

@@ -10,6 +10,7 @@ the broker's as the Celery app is configured, run, lock and log folders by whate
 """
 import math
 import os
+import re
 import sqlite3
 import warnings
 from pathlib import Path
@@ -76,6 +77,31 @@ def env_float(name, default, minimum=None, maximum=None):
 def env_list(name, default):
     """Comma-separated items, blanks dropped."""
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+RATE_PATTERN = r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)"
+
+
+def env_rate(name, default):
+    """A request rate as DRF reads it ("300/min"), checked at start rather than at the first request."""
+    raw = os.environ.get(name, default).strip()
+    if not re.fullmatch(RATE_PATTERN, raw):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a rate: use requests/period, e.g. 300/min "
+                                   "(period: s, min, hour or day).")
+    return raw
+
+
+def env_choice(name, default, choices):
+    raw = os.environ.get(name, default).strip()
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r}: use one of {', '.join(choices)}.")
+    return raw
+
+
+def require(condition, message):
+    """A rule between settings (one must exceed another): refused at start, naming the variables."""
+    if not condition:
+        raise ImproperlyConfigured(message)
 
 
 def env_int_list(name, default, minimum=None, maximum=None):
@@ -249,9 +275,9 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle",
                                  "rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {
-        "anon": os.environ.get("SILENTBENCH_ANON_RATE", "300/min"),  # per client address
-        "user": os.environ.get("SILENTBENCH_USER_RATE", "1200/min"),  # per signed-in user or token
-        "token": os.environ.get("SILENTBENCH_TOKEN_RATE", "10/min"),  # password checks at /api/token/
+        "anon": env_rate("SILENTBENCH_ANON_RATE", "300/min"),  # per client address
+        "user": env_rate("SILENTBENCH_USER_RATE", "1200/min"),  # per signed-in user or token
+        "token": env_rate("SILENTBENCH_TOKEN_RATE", "10/min"),  # password checks at /api/token/
     },
 }
 SPECTACULAR_SETTINGS = {
@@ -291,6 +317,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # and how long a worker keeps trying to store a result while the database is away.
 SILENTBENCH_HEARTBEAT_SECONDS = env_float("SILENTBENCH_HEARTBEAT_SECONDS", 15.0, minimum=0.1)
 SILENTBENCH_WORKER_STALE_SECONDS = env_float("SILENTBENCH_WORKER_STALE_SECONDS", 90.0, minimum=1)
+require(SILENTBENCH_WORKER_STALE_SECONDS > 2 * SILENTBENCH_HEARTBEAT_SECONDS,
+        f"SILENTBENCH_WORKER_STALE_SECONDS ({SILENTBENCH_WORKER_STALE_SECONDS:g}) must exceed twice "
+        f"SILENTBENCH_HEARTBEAT_SECONDS ({SILENTBENCH_HEARTBEAT_SECONDS:g}), or live workers' runs are requeued.")
 SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS = env_float("SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS", 60.0, minimum=1)
 SILENTBENCH_DB_RETRY_SECONDS = env_float("SILENTBENCH_DB_RETRY_SECONDS", 120.0, minimum=0)
 
@@ -310,6 +339,9 @@ SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_D
 SILENTBENCH_GPU_LEASE_WAIT_SECONDS = env_float("SILENTBENCH_GPU_LEASE_WAIT_SECONDS", 1800.0, minimum=0)
 SILENTBENCH_UNSERVABLE_GRACE_MINUTES = env_float("SILENTBENCH_UNSERVABLE_GRACE_MINUTES", 10.0, minimum=0)
 SILENTBENCH_WORKER_SEEN_MINUTES = env_float("SILENTBENCH_WORKER_SEEN_MINUTES", 10.0, minimum=0)
+require(SILENTBENCH_WORKER_SEEN_MINUTES * 60 > SILENTBENCH_HEARTBEAT_SECONDS,
+        f"SILENTBENCH_WORKER_SEEN_MINUTES ({SILENTBENCH_WORKER_SEEN_MINUTES:g}) must be longer than "
+        f"SILENTBENCH_HEARTBEAT_SECONDS ({SILENTBENCH_HEARTBEAT_SECONDS:g} s), or no worker ever counts as live.")
 # Submitted reproducers: limits checked before anything is stored; k seeds of verification on approval.
 SILENTBENCH_SUBMISSION_MAX_FILES = env_int("SILENTBENCH_SUBMISSION_MAX_FILES", 20, minimum=1)
 SILENTBENCH_SUBMISSION_MAX_FILE_BYTES = env_int("SILENTBENCH_SUBMISSION_MAX_FILE_BYTES", 256 * 1024, minimum=1)
@@ -319,12 +351,18 @@ SILENTBENCH_MAX_REQUEST_BYTES = env_int("SILENTBENCH_MAX_REQUEST_BYTES",
                                         SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES + 1024 * 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = SILENTBENCH_MAX_REQUEST_BYTES  # the body without its files
 FILE_UPLOAD_MAX_MEMORY_SIZE = SILENTBENCH_MAX_REQUEST_BYTES  # uploads stay in memory: nothing on disk
-SILENTBENCH_VERIFICATION_SEEDS = env_int("SILENTBENCH_VERIFICATION_SEEDS", 3, minimum=1)
+require(SILENTBENCH_MAX_REQUEST_BYTES > SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES,
+        f"SILENTBENCH_MAX_REQUEST_BYTES ({SILENTBENCH_MAX_REQUEST_BYTES}) must exceed "
+        f"SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES ({SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES}): a submission's body "
+        "holds its files and its form.")
+# At most runners.plans.MAX_SEEDS: more would make every approval fail.
+SILENTBENCH_VERIFICATION_SEEDS = env_int("SILENTBENCH_VERIFICATION_SEEDS", 3, minimum=1, maximum=100)
 SILENTBENCH_CATALOG_DIR = Path(os.environ.get("SILENTBENCH_CATALOG_DIR", BASE_DIR / "catalog"))
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_choice("DJANGO_LOG_LEVEL", "INFO",
+                                                                ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))},
 }

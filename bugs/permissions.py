@@ -3,15 +3,10 @@ themselves (bugs.actions) only enforce the domain's rules."""
 from .models import BugStatus
 
 APPROVE_PERMISSION = "bugs.approve_reproducerversion"
-DEPRECATE_PERMISSION = "bugs.deprecate_bug"
 
 
 def can_review(user):
     return user.is_authenticated and user.has_perm(APPROVE_PERMISSION)
-
-
-def can_deprecate(user):
-    return user.is_authenticated and user.has_perm(DEPRECATE_PERMISSION)
 
 
 def can_resubmit(user, bug):

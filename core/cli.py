@@ -15,6 +15,17 @@ def int_list(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of whole numbers") from None
 
 
+def positive_int(value):
+    """An argparse ``type`` for counts that must be at least 1 (seeds, pairs, steps, concurrency)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return number
+
+
 def line_writer(stream):
     """Write progress lines: rewritten in place on a terminal, one per line otherwise (logs, CI)."""
     if not stream.isatty():

@@ -24,7 +24,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bugs.models import ReproducerVersion, ReviewState
+from bugs.models import ReproducerVersion
 from core.audit import actor_label
 from runners import sandbox
 from runners.execution import run_limits
@@ -132,12 +132,9 @@ def synthetic_environments():
 def latest_versions():
     """The latest approved version of every loaded reproducer, bug reproducers first (runs only ever
     name approved versions)."""
-    latest = {}
-    for version in (ReproducerVersion.objects.filter(review_state=ReviewState.APPROVED)
-                    .select_related("reproducer__bug").defer("files")
-                    .order_by("reproducer_id", "-created_at", "-id")):
-        latest.setdefault(version.reproducer_id, version)
-    return sorted(latest.values(), key=lambda v: (v.reproducer.bug_id is None, str(v.reproducer)))
+    latest = (ReproducerVersion.objects.filter(pk__in=ReproducerVersion.objects.approved().latest_ids().values())
+              .select_related("reproducer__bug").defer("files"))
+    return sorted(latest, key=lambda v: (v.reproducer.is_reference_pipeline, str(v.reproducer)))
 
 
 def campaign_sizes(runs, campaigns, rng):
@@ -218,7 +215,7 @@ def make_run(rng, campaign, environment, version, detector, variant, seed, live,
 def plan_campaigns(versions, detectors, sizes, environments, rng):
     """(name, parameters, environment, [(version, detector, variant, seed)]) per campaign."""
     combos = [(version, detector, variant) for version in versions for detector in detectors
-              for variant in (("buggy", "fixed") if version.reproducer.bug_id else ("fixed",))]
+              for variant in version.reproducer.variants]
     plans = []
     for index, size in enumerate(sizes):
         environment = environments[index % len(environments)]
@@ -285,7 +282,7 @@ def insert_stability_checks(rng, versions, environments, now, made):
     """Three checks of every bug reproducer in every environment over the past year, mostly verified."""
     checks = []
     for version in versions:
-        if version.reproducer.bug_id is None:
+        if version.reproducer.is_reference_pipeline:
             continue
         for environment in environments:
             for repeat in range(3):

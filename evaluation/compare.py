@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from django import forms
 
+from core.enums import Variant
 from runners.detectors.plain import PlainBaseline
 from runners.failures import breakdown, failure_counts
 from runners.models import Campaign, Environment, Run
@@ -100,7 +101,7 @@ def changes(detector, variant, a, b):
     if a is None or b is None:
         return [ONLY_B if a is None else ONLY_A]
     found = []
-    if variant == "buggy":
+    if variant == Variant.BUGGY:
         if a["manifested"] and not b["manifested"]:
             found.append(STOPPED_REPRODUCING)
         elif b["manifested"] and not a["manifested"]:

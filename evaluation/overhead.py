@@ -6,13 +6,15 @@ of the steady-state step time (median time between consecutive steps of rank 0, 
 steps) and of the end-to-end wall time (for an offline detector, the wall time of the run plus its
 offline check). The table gives the median ratio over pairs. Fit and check are timed apart.
 """
+import logging
 import statistics
 
-from runners.actions import do_cancel_campaign, do_create_campaign
+from runners.actions import do_cancel_campaign, do_create_campaign, do_give_up_running_runs
 from runners.models import CampaignPurpose, RunStatus
 from runners.plans import CampaignPlan
 from runners.tasks import execute_run
 
+logger = logging.getLogger(__name__)
 WARM_UP_STEPS = 5
 OVERHEAD_COLUMNS = [
     "detector", "pairs", "pairs_planned", "median_step_time_ratio", "median_end_to_end_ratio",
@@ -36,19 +38,26 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
 
     The runs belong to a campaign of purpose ``overhead``, created through do_create_campaign but not
     enqueued: the reconciler leaves such runs to the process that times them, and whatever this process
-    could not run (it was interrupted) is cancelled."""
+    could not run (it was interrupted) is cancelled, and the run it was timing then fails as lost."""
     plan = CampaignPlan.pairs(workload, plain, detectors, pairs, steps)
     campaign = do_create_campaign(f"overhead on {workload.reproducer}", plan, CampaignPurpose.OVERHEAD, enqueue=False,
                                   acting_user=acting_user)
     runs = list(campaign.runs.order_by("id"))  # created in the plan's order: (baseline, detector) per pair
     pairs_by_detector = {detector.name: [tuple(runs[start:start + 2]) for start in range(offset, offset + 2 * pairs, 2)]
                          for detector, offset in zip(detectors, range(0, len(runs), 2 * pairs))}
-    records = []
+    records, measured = [], False
     try:
         for detector in detectors:
             records.append(_measure_pairs(detector, pairs_by_detector[detector.name], pairs, write))
+        measured = True
     finally:
-        do_cancel_campaign(campaign, acting_user=acting_user)  # nothing left when it finished normally
+        try:  # nothing is left running or queued when it finished normally
+            do_give_up_running_runs(campaign, acting_user=acting_user)
+            do_cancel_campaign(campaign, acting_user=acting_user)
+        except Exception:
+            if measured:
+                raise
+            logger.exception("overhead campaign %s: could not close it after the interruption", campaign.pk)
     return campaign, records
 
 

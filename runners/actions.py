@@ -20,7 +20,7 @@ from core import audit
 
 from .detectors import get_plugin
 from .environment import host_capabilities, host_facts
-from .failures import cancelled_before_start
+from .failures import cancelled_before_start, kind_of, timer_interrupted
 from .models import (
     UNSUCCESSFUL_STATUSES,
     Alarm,
@@ -69,6 +69,7 @@ def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True,
 
 RETRY_RECORD_FIELDS = ("id", "status", "failure_kind", "failure_reason", "attempts", "worker__hostname", "exit_code",
                        "wall_seconds", "manifested", "finished_at")
+RETRY_RECORD_RUNS = 200  # runs whose previous result a retry's audit record keeps one by one (all are counted)
 
 
 def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
@@ -77,8 +78,12 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
 
     Their results and alarms are cleared and the campaign is open again; what they were (status, kind,
     reason, worker, ...) and who had cancelled the campaign are kept in the audit record. The approval of
-    each version is checked again when it runs. Returns the IDs queued.
+    each version is checked again when it runs. Returns the IDs queued. An overhead measurement's runs are
+    not retried: only the process that made them times them (evaluation.overhead).
     """
+    if not campaign.runs_through_broker:
+        raise ValidationError(f"{campaign} is an overhead measurement: its runs are timed one by one by the "
+                              f"command that made them; run `manage.py evaluate` again instead of retrying.")
     runs = (runs if runs is not None else campaign.runs.all()).filter(
         campaign=campaign, status__in=UNSUCCESSFUL_STATUSES)
     if kinds is not None:
@@ -92,7 +97,8 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
             which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
             audit.record(acting_user, "retry", locked,
                          f"queued {len(run_ids)} failed or cancelled run(s) again{which}",
-                         runs=previous, alarms_cleared=Alarm.objects.filter(run_id__in=run_ids).count(),
+                         runs=previous[:RETRY_RECORD_RUNS], run_count=len(previous),
+                         alarms_cleared=Alarm.objects.filter(run_id__in=run_ids).count(),
                          cancelled_at=locked.cancelled_at, cancelled_by=locked.cancelled_by_id,
                          completed_at=locked.completed_at, kinds=kinds)
         Alarm.objects.filter(run_id__in=run_ids).delete()
@@ -272,6 +278,15 @@ def do_fail_run_without_executing(run, reason, kind):
         updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
             status=RunStatus.FAILED, failure_reason=reason, failure_kind=kind, finished_at=timezone.now())
     return bool(updated)
+
+
+def do_give_up_running_runs(campaign, *, acting_user=None):
+    """Fail the runs of ``campaign`` still running in this process when it stops timing them (an overhead
+    measurement interrupted): the reconciler leaves such runs alone, so nothing else would end them."""
+    with transaction.atomic():
+        return Run.objects.filter(campaign=campaign, status=RunStatus.RUNNING).update(
+            status=RunStatus.FAILED, failure_reason=timer_interrupted(), failure_kind=kind_of(timer_interrupted),
+            finished_at=timezone.now())
 
 
 @retry_while_database_away

@@ -13,7 +13,7 @@ class DetectorAdmin(admin.ModelAdmin):
 
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
-    """Campaigns are created by the builder or the API; here they are renamed, cancelled or retried,
+    """Campaigns are created by the builder or the API; here they are cancelled or retried,
     through the same actions and permission (``runners.trigger_campaign``) as the site."""
 
     list_display = ["name", "purpose", "created_by", "created_at", "completed_at", "cancelled_at"]
@@ -21,7 +21,7 @@ class CampaignAdmin(admin.ModelAdmin):
     actions = ["cancel", "retry_failed_runs"]
 
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in Campaign._meta.fields if field.name != "name"]
+        return [field.name for field in Campaign._meta.fields]  # changed only through the actions
 
     def has_add_permission(self, request):
         return False
@@ -37,8 +37,9 @@ class CampaignAdmin(admin.ModelAdmin):
     @admin.action(description="Queue the failed and cancelled runs of the selected campaigns again",
                   permissions=["trigger"])
     def retry_failed_runs(self, request, queryset):
-        count = sum(len(do_retry_failed_runs(campaign, acting_user=request.user)) for campaign in queryset)
-        self.message_user(request, f"Queued {count} run(s) again.")
+        count = sum(len(do_retry_failed_runs(campaign, acting_user=request.user))
+                    for campaign in queryset if campaign.runs_through_broker)
+        self.message_user(request, f"Queued {count} run(s) again (overhead measurements are never retried).")
 
 
 class AlarmInline(admin.TabularInline):

@@ -8,7 +8,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
-from .models import Alarm, Campaign, Detector, Run, RunFailureKind, Variant, status_counts
+from .models import Alarm, Campaign, CampaignState, Detector, Run, RunFailureKind, Variant, status_counts
 from .permissions import can_trigger
 from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
@@ -82,7 +82,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
 class CampaignSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
-    state = serializers.ChoiceField(choices=["running", "finished", "cancelled"], read_only=True)
+    state = serializers.ChoiceField(choices=CampaignState.choices, read_only=True)
     bugs = serializers.ListField(child=serializers.CharField(max_length=64), write_only=True, default=list,
                                  max_length=1000, help_text="Bug IDs; each bug's CPU reproducers (and CUDA ones with "
                                                             "include_cuda) run at their latest approved version.")
@@ -195,4 +195,7 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         body = CampaignRetrySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         kinds = body.validated_data.get("kinds")
-        return Response({"runs": do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)})
+        try:
+            return Response({"runs": do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)})
+        except DjangoValidationError as error:
+            raise ValidationError(error.messages) from error

@@ -40,6 +40,11 @@ def cancelled_before_start(who):
     return f"Cancelled by {who} before it started."
 
 
+def timer_interrupted():
+    """An overhead run whose timing process (manage.py evaluate) stopped while it ran: nobody will finish it."""
+    return "Lost: the overhead measurement that was running it stopped before it finished (interrupted)."
+
+
 REASON_BUILDERS = {
     RunFailureKind.TIME_LIMIT: (sandbox.time_limit_exceeded,),
     RunFailureKind.MEMORY: (sandbox.out_of_memory,),
@@ -55,7 +60,9 @@ REASON_BUILDERS = {
     # its host does not have (routed to the wrong worker).
     RunFailureKind.UNSERVABLE: (unservable_reason, wrong_worker_reason),
     RunFailureKind.CANCELLED: (cancelled_before_start,),
-    RunFailureKind.LOST: (),  # nothing gives up on a run whose worker vanished: it is queued again
+    # A broker run whose worker vanished is queued again, never given up; an overhead run is given up when the
+    # process timing it stops (evaluation.overhead).
+    RunFailureKind.LOST: (timer_interrupted,),
 }
 KIND_OF_BUILDER = {builder: kind for kind, builders in REASON_BUILDERS.items() for builder in builders}
 

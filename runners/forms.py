@@ -28,7 +28,7 @@ def parse_seeds(text):
 
 
 class CampaignForm(forms.Form):
-    """What a maintainer picks; ``plan()`` turns it into approved versions and detector records."""
+    """What a maintainer picks; a valid form holds its CampaignPlan as ``plan``."""
 
     name = forms.CharField(max_length=200)
     bugs = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)

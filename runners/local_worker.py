@@ -11,8 +11,6 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import connection
 
-from benchmark_site.celery import ensure_broker_folders
-
 from .progress import wait_for_campaign
 
 
@@ -38,7 +36,6 @@ def start_worker(log_path, queues="cpu", name="local", concurrency=1):
     Runs one at a time by default, so that timings are not disturbed by a neighbour."""
     env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "SILENTBENCH_VAR_DIR": str(settings.VAR_DIR)}
-    ensure_broker_folders(settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     return subprocess.Popen(worker_command(queues, name, concurrency), cwd=settings.BASE_DIR, env=env,

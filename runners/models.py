@@ -75,6 +75,13 @@ class CampaignPurpose(models.TextChoices):
     OVERHEAD = "overhead", "Overhead measurement"
 
 
+class CampaignState(models.TextChoices):
+    """Derived from a campaign's timestamps, never stored."""
+    RUNNING = "running", "running"
+    FINISHED = "finished", "finished"
+    CANCELLED = "cancelled", "cancelled"
+
+
 class Campaign(models.Model):
     """A batch of runs a user triggered. Progress is derived from its runs.
 
@@ -103,10 +110,16 @@ class Campaign(models.Model):
         return reverse("runners:campaign", args=[self.pk])
 
     @property
+    def runs_through_broker(self):
+        """False for an overhead measurement, whose runs the command that made it executes one at a time:
+        the reconciler leaves them alone and they are never retried."""
+        return self.purpose != CampaignPurpose.OVERHEAD
+
+    @property
     def state(self):
         if self.cancelled_at:
-            return "cancelled"
-        return "finished" if self.completed_at else "running"
+            return CampaignState.CANCELLED
+        return CampaignState.FINISHED if self.completed_at else CampaignState.RUNNING
 
     def progress(self, counts=None):
         """Runs by status, done and percent; ``counts`` ({status: runs}, from :func:`status_counts`)
@@ -163,10 +176,9 @@ class RunFailureKind(models.TextChoices):
     INTERNAL = "internal", "Internal error"
     UNSERVABLE = "unservable", "No worker can serve it"
     CANCELLED = "cancelled", "Cancelled"
-    # A run whose worker vanished and that was given up. No path gives up on such a run today: the
-    # reconciler and the reaper queue it again as a new attempt, so nothing fails. Defined so that
-    # histories and a future give-up path have a kind for it.
-    LOST = "lost", "Worker lost"
+    # A run given up because what was executing it went away. A broker run whose worker vanished is queued
+    # again as a new attempt instead; an overhead run is lost when the command timing it stops.
+    LOST = "lost", "Lost"
 
 
 class FitArtifact(models.Model):

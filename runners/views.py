@@ -4,6 +4,7 @@ from functools import cache
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,7 +16,16 @@ from .charts import loss_figure
 from .detectors import all_plugins
 from .failures import breakdown, failure_counts
 from .forms import CampaignForm, RetryForm
-from .models import FINISHED_STATUSES, Campaign, Run, RunFailureKind, RunStatus, runs_for_listing, status_counts
+from .models import (
+    FINISHED_STATUSES,
+    Campaign,
+    CampaignState,
+    Run,
+    RunFailureKind,
+    RunStatus,
+    runs_for_listing,
+    status_counts,
+)
 from .permissions import TRIGGER_PERMISSION
 from .selectors import live_workers
 
@@ -26,7 +36,7 @@ def run_detail(request, pk):
                                    "campaign", "fit_artifact").defer("fit_artifact__content"), pk=pk)
     counterpart = (Run.objects.filter(
         reproducer_version=run.reproducer_version, detector=run.detector, seed=run.seed, steps=run.steps,
-        campaign=run.campaign, status="succeeded").exclude(variant=run.variant).order_by("-id").first())
+        campaign=run.campaign, status=RunStatus.SUCCEEDED).exclude(variant=run.variant).order_by("-id").first())
     pair = sorted([r for r in (run, counterpart) if r is not None], key=lambda r: r.variant)
     alarms = list(run.alarms.all()[:500])
     figure = loss_figure([(r, alarms if r == run else list(r.alarms.all()[:500])) for r in pair])
@@ -73,7 +83,7 @@ def campaign_context(request, campaign):
             "failures": failures, "status": status, "statuses": RunStatus.choices,
             "kind": kind, "kind_label": RunFailureKind(kind).label if kind else "",
             "failure_kinds": breakdown(failure_counts(campaign.runs.all())),
-            "live": campaign.state == "running" and progress["done"] < progress["total"]}
+            "live": campaign.state == CampaignState.RUNNING and progress["done"] < progress["total"]}
 
 
 def campaign_detail(request, pk):
@@ -131,7 +141,11 @@ def campaign_retry(request, pk):
         messages.warning(request, " ".join(form.errors.get("kind", form.non_field_errors())))
         return redirect(campaign)
     kinds = form.kinds()
-    queued = do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)
+    try:
+        queued = do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect(campaign)
     which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
     messages.info(request, f"Queued {len(queued)} failed or cancelled run(s) again{which}.")
     return redirect(campaign)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
@@ -13,7 +14,7 @@ from bugs.actions import do_deprecate_bug, do_review_version
 from bugs.models import BugStatus, ReviewState
 from core.models import AuditEvent
 from runners.actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
-from runners.models import Campaign, CampaignPurpose, RunStatus
+from runners.models import Campaign, CampaignPurpose, Run, RunFailureKind, RunStatus
 from runners.plans import CampaignPlan
 from runners.registry import detector_record
 
@@ -202,3 +203,41 @@ def test_the_repository_cites_only_files_it_has():
                 if not (path.parent / link).exists():
                     missing.append((str(path.relative_to(ROOT)), link))
     assert not missing, missing
+
+
+def test_an_overhead_measurement_is_never_retried_through_the_broker(client, versions):
+    _, _, pipeline = versions
+    plan = CampaignPlan.pairs(pipeline, detector_record("plain"), [detector_record("nan_inf")], pairs=1)
+    campaign = do_create_campaign("overhead", plan, CampaignPurpose.OVERHEAD, enqueue=False, acting_user=None)
+    campaign.runs.update(status=RunStatus.FAILED, failure_reason="x")
+    with pytest.raises(ValidationError, match="overhead measurement"):
+        do_retry_failed_runs(campaign, acting_user=None)
+    api = APIClient()
+    api.force_authenticate(MaintainerFactory())
+    response = api.post(f"/api/campaigns/{campaign.pk}/retry/", {}, format="json")
+    assert response.status_code == 400 and "overhead measurement" in str(response.json())
+    client.force_login(MaintainerFactory())
+    assert 'id="retry-campaign"' not in client.get(campaign.get_absolute_url()).content.decode()
+    assert set(campaign.runs.values_list("status", flat=True)) == {RunStatus.FAILED}
+
+
+def test_an_interrupted_overhead_measurement_leaves_nothing_running_or_queued(monkeypatch, versions):
+    """Ctrl-C while a run is being timed: that run fails as lost, the rest are cancelled, the campaign ends."""
+    from evaluation import overhead
+
+    _, _, pipeline = versions
+    claimed = []
+
+    def interrupted_run(run_id):
+        Run.objects.filter(pk=run_id).update(status=RunStatus.RUNNING)
+        claimed.append(run_id)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(overhead, "execute_run", interrupted_run)
+    with pytest.raises(KeyboardInterrupt):
+        overhead.do_measure_overhead(pipeline, [detector_record("nan_inf")], detector_record("plain"), pairs=2)
+    campaign = Campaign.objects.get(purpose=CampaignPurpose.OVERHEAD)
+    lost = campaign.runs.get(pk=claimed[0])
+    assert (lost.status, lost.failure_kind) == (RunStatus.FAILED, RunFailureKind.LOST)
+    assert set(campaign.runs.exclude(pk=lost.pk).values_list("status", flat=True)) == {RunStatus.CANCELLED}
+    assert campaign.completed_at is not None

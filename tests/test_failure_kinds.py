@@ -162,7 +162,7 @@ def every_sentence():
         (failures.no_oracle_report, ()), (failures.offline_check_failed, ("traincheck check failed",)),
         (failures.unapproved, ()), (failures.fit_failed, ("no pipelines",)), (failures.internal_error, ("oops",)),
         (routing.unservable_reason, ("gpu2", [], 10)), (routing.wrong_worker_reason, (Needs(1), [])),
-        (failures.cancelled_before_start, ("the system",)),
+        (failures.cancelled_before_start, ("the system",)), (failures.timer_interrupted, ()),
     ]
     assert {builder for builder, _ in samples} == set(failures.KIND_OF_BUILDER)  # none forgotten
     return [(RunStatus.CANCELLED if builder is failures.cancelled_before_start else RunStatus.FAILED, builder,

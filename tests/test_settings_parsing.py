@@ -34,6 +34,9 @@ def run(args, env):
     ("SILENTBENCH_MAX_TIME_LIMIT", "ten minutes", "is not a whole number: expected a whole number, at least 1"),
     ("SILENTBENCH_MAX_TIME_LIMIT", "0", "is out of range: expected a whole number, at least 1"),
     ("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24GB", "expected comma-separated whole numbers, each at least 1; '24GB'"),
+    ("SILENTBENCH_ANON_RATE", "300 per minute", "is not a rate: use requests/period"),
+    ("DJANGO_LOG_LEVEL", "verbose", "use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ("SILENTBENCH_VERIFICATION_SEEDS", "101", "is out of range: expected a whole number, from 1 to 100"),
 ])
 def test_a_bad_value_stops_manage_py_at_start_naming_the_variable(tmp_path, name, value, explained):
     result = run(["manage.py", "check"], child_env(tmp_path / "var", **{name: value}))
@@ -41,6 +44,18 @@ def test_a_bad_value_stops_manage_py_at_start_naming_the_variable(tmp_path, name
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("django.core.exceptions.ImproperlyConfigured: ")
     assert f"{name}={value!r}" in last_line and explained in last_line
+
+
+@pytest.mark.parametrize(("variables", "explained"), [
+    ({"SILENTBENCH_HEARTBEAT_SECONDS": "60"}, "SILENTBENCH_WORKER_STALE_SECONDS (90) must exceed twice "
+                                              "SILENTBENCH_HEARTBEAT_SECONDS (60)"),
+    ({"SILENTBENCH_WORKER_SEEN_MINUTES": "0"}, "SILENTBENCH_WORKER_SEEN_MINUTES (0) must be longer than"),
+    ({"SILENTBENCH_MAX_REQUEST_BYTES": "1000"}, "SILENTBENCH_MAX_REQUEST_BYTES (1000) must exceed "
+                                                "SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES"),
+])
+def test_settings_that_contradict_each_other_stop_the_start(tmp_path, variables, explained):
+    result = run(["manage.py", "check"], child_env(tmp_path / "var", **variables))
+    assert result.returncode != 0 and explained in result.stderr.strip().splitlines()[-1]
 
 
 # --- What each reader accepts ---

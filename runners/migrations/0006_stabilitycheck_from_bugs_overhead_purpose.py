@@ -2,11 +2,26 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def move_content_type(apps, schema_editor):
+    """The model's content type (and the permissions on it) moves with it, instead of a stale one left in
+    bugs and a new one made for runners."""
+    ContentType = apps.get_model("contenttypes", "ContentType")
+    if not ContentType.objects.filter(app_label="runners", model="stabilitycheck").exists():
+        ContentType.objects.filter(app_label="bugs", model="stabilitycheck").update(app_label="runners")
+
+
+def move_content_type_back(apps, schema_editor):
+    ContentType = apps.get_model("contenttypes", "ContentType")
+    if not ContentType.objects.filter(app_label="bugs", model="stabilitycheck").exists():
+        ContentType.objects.filter(app_label="runners", model="stabilitycheck").update(app_label="bugs")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
         ('bugs', '0005_stabilitycheck_moved_to_runners'),
         ('runners', '0005_worker_capabilities'),
+        ('contenttypes', '0002_remove_content_type_name'),
     ]
 
     operations = [
@@ -37,4 +52,5 @@ class Migration(migrations.Migration):
             },
         )]),
         migrations.AlterModelTable(name='stabilitycheck', table=None),
+        migrations.RunPython(move_content_type, move_content_type_back),
     ]

@@ -21,6 +21,7 @@ PATTERNS = [
     ("No worker can serve this run:", "", "unservable"),  # runners.routing.unservable_reason
     ("This worker cannot serve the run:", "", "unservable"),  # runners.routing.NotEnoughDevices
     ("Cancelled by ", "", "cancelled"),
+    ("Lost:", "", "lost"),  # runners.failures.timer_interrupted
     # devtools.synthetic's made-up history (load tests) wrote sentences of its own until this migration
     ("time limit of ", "", "time_limit"),
     ("out of memory:", "", "memory"),
@@ -65,7 +66,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='run',
             name='failure_kind',
-            field=models.CharField(blank=True, choices=[('time_limit', 'Time limit'), ('memory', 'Out of memory'), ('output_flood', 'Output flood'), ('process_limit', 'Process limit'), ('sandbox_refusal', 'Refused by the sandbox'), ('crash', 'Crashed'), ('protocol', 'Protocol error'), ('fit_failed', 'Fit phase failed'), ('unapproved', 'Not approved'), ('internal', 'Internal error'), ('unservable', 'No worker can serve it'), ('cancelled', 'Cancelled'), ('lost', 'Worker lost')], db_index=True, help_text='Why it failed or was cancelled; empty for runs that did not.', max_length=32),
+            field=models.CharField(blank=True, choices=[('time_limit', 'Time limit'), ('memory', 'Out of memory'), ('output_flood', 'Output flood'), ('process_limit', 'Process limit'), ('sandbox_refusal', 'Refused by the sandbox'), ('crash', 'Crashed'), ('protocol', 'Protocol error'), ('fit_failed', 'Fit phase failed'), ('unapproved', 'Not approved'), ('internal', 'Internal error'), ('unservable', 'No worker can serve it'), ('cancelled', 'Cancelled'), ('lost', 'Lost')], db_index=True, help_text='Why it failed or was cancelled; empty for runs that did not.', max_length=32),
         ),
         migrations.RunPython(classify_stored_runs, migrations.RunPython.noop),
     ]

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from core.cli import comma_list, line_writer
+from core.cli import comma_list, line_writer, positive_int
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation
 from evaluation.overhead import do_measure_overhead
@@ -43,15 +43,17 @@ class Command(BaseCommand):
             "database (results page and exports) and regenerates docs/results.md from them.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per (reproducer, variant, detector)")
+        parser.add_argument("--seeds", type=positive_int, default=1,
+                            help="seeds 0..N-1 per (reproducer, variant, detector)")
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--pipelines", type=comma_list, help="comma-separated clean pipelines (default: all)")
         parser.add_argument("--detectors", type=comma_list, help="comma-separated detectors (default: all but plain)")
-        parser.add_argument("--pairs", type=int, default=5, help="plain/instrumented pairs per detector")
+        parser.add_argument("--pairs", type=positive_int, default=5, help="plain/instrumented pairs per detector")
         parser.add_argument("--overhead-workload", default="transformer-adamw",
                             help="clean pipeline timed for overhead (held out of TrainCheck's fit)")
-        parser.add_argument("--overhead-steps", type=int, help="steps of the overhead runs (default: the workload's)")
-        parser.add_argument("--concurrency", type=int, default=2, help="runs at a time on the local worker")
+        parser.add_argument("--overhead-steps", type=positive_int,
+                            help="steps of the overhead runs (default: the workload's)")
+        parser.add_argument("--concurrency", type=positive_int, default=2, help="runs at a time on the local worker")
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
         parser.add_argument("--results", default=str(settings.BASE_DIR / "docs" / "results.md"),
                             help="where to write the results page ('' to skip)")

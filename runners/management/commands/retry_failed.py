@@ -2,7 +2,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import comma_list, line_writer
+from core.cli import comma_list, line_writer, positive_int
 from runners.actions import do_retry_failed_runs
 from runners.failures import parse_kinds
 from runners.local_worker import wait_with_local_worker
@@ -17,7 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--detectors", type=comma_list, help="only runs of these detectors")
         parser.add_argument("--kinds", type=comma_list,
                             help="only runs that failed this way, e.g. time_limit,crash (see Run.failure_kind)")
-        parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument("--concurrency", type=positive_int, default=1)
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
 
     def handle(self, *args, campaign, detectors, kinds, concurrency, no_worker, **options):

@@ -4,7 +4,7 @@ import sys
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import comma_list, line_writer
+from core.cli import comma_list, line_writer, positive_int
 from runners.actions import do_complete_campaign, do_start_verification
 from runners.local_worker import wait_with_local_worker
 from runners.management.commands.run_campaign import plan_from_options
@@ -18,9 +18,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every CPU reproducer)")
-        parser.add_argument("--seeds", type=int, default=3, help="k, the number of seeds (0..k-1)")
+        parser.add_argument("--seeds", type=positive_int, default=3, help="k, the number of seeds (0..k-1)")
         parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
-        parser.add_argument("--concurrency", type=int, default=1,
+        parser.add_argument("--concurrency", type=positive_int, default=1,
                             help="runs at a time on the local worker (the verdict does not depend on it)")
         parser.add_argument("--no-worker", action="store_true",
                             help="do not start a local worker: rely on workers already consuming the queue")
