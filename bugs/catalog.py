@@ -14,6 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core import audit
+
 from .models import (
     Bug,
     BugStatus,
@@ -141,7 +143,10 @@ def version_fields(manifest):
 
 
 @transaction.atomic
-def load_catalog(root):
+def do_load_catalog(root, *, acting_user=None):
+    """Load ``catalog/``: bugs created or updated from their bug.yaml, and each changed reproducer folder as a
+    new version, approved (catalog code is reviewed as code, before it is merged). Each change leaves an
+    audit record. Idempotent."""
     summary = LoadSummary()
     root = Path(root)
     for bug_yaml in sorted(root.glob("*/bug.yaml")):
@@ -154,15 +159,17 @@ def load_catalog(root):
             for name, value in fields.items():
                 setattr(bug, name, value)
             _full_clean(bug, bug_yaml)
+            created = bug.pk is None
             bug.save()
+            audit.record(acting_user, "load", bug, f"{'added' if created else 'updated'} {bug_id} from {bug_yaml}")
         for manifest_path in sorted(bug_yaml.parent.glob("*/reproducer.yaml")):
-            _load_reproducer(bug, manifest_path.parent, summary)
+            _load_reproducer(bug, manifest_path.parent, summary, acting_user)
     for manifest_path in sorted((root / PIPELINES_DIR).glob("*/reproducer.yaml")):
-        _load_reproducer(None, manifest_path.parent, summary)
+        _load_reproducer(None, manifest_path.parent, summary, acting_user)
     return summary
 
 
-def _load_reproducer(bug, folder, summary):
+def _load_reproducer(bug, folder, summary, acting_user):
     manifest, files = parse_reproducer_folder(folder)
     fields = reproducer_fields(manifest)
     reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=folder.name, defaults=fields)
@@ -172,9 +179,10 @@ def _load_reproducer(bug, folder, summary):
     if reproducer.versions.filter(content_hash=digest).exists():
         summary.unchanged += 1
         return
-    ReproducerVersion.objects.create(
+    version = ReproducerVersion.objects.create(
         reproducer=reproducer, content_hash=digest, files=files, manifest=manifest,
         review_state=ReviewState.APPROVED, reviewed_at=timezone.now(), review_note=CATALOG_REVIEW_NOTE,
         **version_fields(manifest),
     )
+    audit.record(acting_user, "load", version, f"loaded {version} from {folder} ({CATALOG_REVIEW_NOTE})")
     summary.versions_created.append(f"{reproducer} @ {digest[:12]}")

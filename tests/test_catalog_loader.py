@@ -4,7 +4,7 @@ import shutil
 import pytest
 from django.core.exceptions import ValidationError
 
-from bugs.catalog import load_catalog
+from bugs.catalog import do_load_catalog
 from bugs.models import Bug, Reproducer, ReproducerVersion
 
 pytestmark = pytest.mark.django_db
@@ -37,28 +37,33 @@ def catalog(tmp_path):
 
 
 def test_first_load_creates_bug_reproducer_and_approved_version(catalog):
-    summary = load_catalog(catalog)
+    summary = do_load_catalog(catalog)
     assert summary.bugs_created == ["TEST-1"]
     version = ReproducerVersion.objects.get()
     assert version.is_approved
     assert version.files == {"repro.py": "print('v1')\n", "reproducer.yaml": MANIFEST}
     assert version.default_steps == 5 and version.time_limit_seconds == 30
+    from core.models import AuditEvent  # approved through code review: the load is on record
+
+    [loaded] = AuditEvent.objects.about(version)
+    assert loaded.action == "load" and loaded.actor is None and "reviewed and merged" in loaded.summary
+    assert AuditEvent.objects.about(version.reproducer.bug).get().summary.startswith("added TEST-1")
 
 
 def test_reloading_unchanged_files_creates_nothing(catalog):
-    load_catalog(catalog)
+    do_load_catalog(catalog)
     bug_updated = Bug.objects.get().updated_at
-    summary = load_catalog(catalog)
+    summary = do_load_catalog(catalog)
     assert summary.bugs_created == [] and summary.bugs_updated == [] and summary.versions_created == []
     assert (Bug.objects.count(), Reproducer.objects.count(), ReproducerVersion.objects.count()) == (1, 1, 1)
     assert Bug.objects.get().updated_at == bug_updated
 
 
 def test_changed_code_creates_a_new_version_and_keeps_the_old(catalog):
-    load_catalog(catalog)
+    do_load_catalog(catalog)
     first = ReproducerVersion.objects.get()
     (catalog / "TEST-1" / "cpu" / "repro.py").write_text("print('v2')\n")
-    summary = load_catalog(catalog)
+    summary = do_load_catalog(catalog)
     assert len(summary.versions_created) == 1
     assert ReproducerVersion.objects.count() == 2
     first.refresh_from_db()
@@ -67,15 +72,15 @@ def test_changed_code_creates_a_new_version_and_keeps_the_old(catalog):
 
 
 def test_changed_metadata_updates_the_bug_without_a_new_version(catalog):
-    load_catalog(catalog)
+    do_load_catalog(catalog)
     (catalog / "TEST-1" / "bug.yaml").write_text(BUG_YAML.replace("A toy bug", "A renamed toy bug"))
-    summary = load_catalog(catalog)
+    summary = do_load_catalog(catalog)
     assert summary.bugs_updated == ["TEST-1"] and summary.versions_created == []
     assert Bug.objects.get().title == "A renamed toy bug"
 
 
 def test_versions_cannot_be_edited_in_place(catalog):
-    load_catalog(catalog)
+    do_load_catalog(catalog)
     version = ReproducerVersion.objects.get()
     version.files = {"repro.py": "print('sneaky')"}
     with pytest.raises(ValidationError, match="immutable"):
@@ -83,7 +88,7 @@ def test_versions_cannot_be_edited_in_place(catalog):
 
 
 def test_bugs_cannot_be_deleted(catalog):
-    load_catalog(catalog)
+    do_load_catalog(catalog)
     with pytest.raises(ValidationError, match="deprecate"):
         Bug.objects.get().delete()
 
@@ -99,19 +104,19 @@ def test_bugs_cannot_be_deleted(catalog):
 def test_bad_bug_yaml_is_refused_with_the_reason_and_loads_nothing(catalog, broken, message):
     (catalog / "TEST-1" / "bug.yaml").write_text(broken)
     with pytest.raises(ValidationError, match=message):
-        load_catalog(catalog)
+        do_load_catalog(catalog)
     assert Bug.objects.count() == 0
 
 
 def test_missing_entrypoint_is_refused(catalog):
     (catalog / "TEST-1" / "cpu" / "repro.py").unlink()
     with pytest.raises(ValidationError, match="entrypoint 'repro.py' is not among the files"):
-        load_catalog(catalog)
+        do_load_catalog(catalog)
 
 
 def test_the_shipped_catalog_loads(settings, tmp_path):
     shutil.copytree(settings.SILENTBENCH_CATALOG_DIR, tmp_path / "catalog")
-    summary = load_catalog(tmp_path / "catalog")
+    summary = do_load_catalog(tmp_path / "catalog")
     assert len(summary.bugs_created) >= 26
     assert {"SO-60335387", "PT-FORUM-84911", "DS-1801"} <= set(
         ReproducerVersion.objects.values_list("reproducer__bug__bug_id", flat=True))

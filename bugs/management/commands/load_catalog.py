@@ -2,7 +2,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from bugs.catalog import load_catalog
+from bugs.catalog import do_load_catalog
 
 
 class Command(BaseCommand):
@@ -13,7 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, path, **options):
         try:
-            summary = load_catalog(path)
+            summary = do_load_catalog(path)
         except ValidationError as error:
             raise CommandError("; ".join(error.messages)) from error
         self.stdout.write(self.style.SUCCESS(f"Catalog loaded from {path}: {summary}"))
