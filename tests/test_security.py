@@ -255,7 +255,7 @@ def test_admin_campaign_actions_need_the_maintainer_permission(client, marker, s
 
     client.force_login(staff("view_campaign", "change_campaign", maintainer=True))
     response = client.post("/admin/runners/campaign/", action, follow=True)
-    assert "Queued 1 run(s) again." in response.content.decode()
+    assert "Queued 1 run(s) again" in response.content.decode()
     execute_run(run.pk)  # queued again, and still refused where it would execute
     assert_refused_and_nothing_ran(run, marker, sandbox_calls)
 
