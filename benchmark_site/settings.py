@@ -79,7 +79,7 @@ def env_list(name, default):
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-RATE_PATTERN = r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)"
+RATE_PATTERN = r"\d+/[smhd]\w*"  # DRF reads the period's first letter: 300/min, 10/minutes, 5/hour, 1000/day
 
 
 def env_rate(name, default):
@@ -91,11 +91,15 @@ def env_rate(name, default):
     return raw
 
 
+LOG_LEVELS = ("NOTSET", "DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
+
+
 def env_choice(name, default, choices):
-    raw = os.environ.get(name, default).strip()
-    if raw not in choices:
+    """One of ``choices``, in any case (given back in upper case)."""
+    raw = os.environ.get(name, default)
+    if raw.strip().upper() not in choices:
         raise ImproperlyConfigured(f"{name}={raw!r}: use one of {', '.join(choices)}.")
-    return raw
+    return raw.strip().upper()
 
 
 def require(condition, message):
@@ -363,6 +367,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_choice("DJANGO_LOG_LEVEL", "INFO",
-                                                                ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))},
+    "root": {"handlers": ["console"], "level": env_choice("DJANGO_LOG_LEVEL", "INFO", LOG_LEVELS)},
 }

@@ -161,7 +161,8 @@ def do_load_catalog(root, *, acting_user=None):
             _full_clean(bug, bug_yaml)
             created = bug.pk is None
             bug.save()
-            audit.record(acting_user, "load", bug, f"{'added' if created else 'updated'} {bug_id} from {bug_yaml}")
+            audit.record(acting_user, "load", bug,
+                         f"{'added' if created else 'updated'} {bug_id} from catalog/{bug_id}/bug.yaml")
         for manifest_path in sorted(bug_yaml.parent.glob("*/reproducer.yaml")):
             _load_reproducer(bug, manifest_path.parent, summary, acting_user)
     for manifest_path in sorted((root / PIPELINES_DIR).glob("*/reproducer.yaml")):
@@ -184,5 +185,6 @@ def _load_reproducer(bug, folder, summary, acting_user):
         review_state=ReviewState.APPROVED, reviewed_at=timezone.now(), review_note=CATALOG_REVIEW_NOTE,
         **version_fields(manifest),
     )
-    audit.record(acting_user, "load", version, f"loaded {version} from {folder} ({CATALOG_REVIEW_NOTE})")
+    audit.record(acting_user, "load", version,
+                 f"loaded {version} from catalog/{folder.parent.name}/{folder.name} ({CATALOG_REVIEW_NOTE})")
     summary.versions_created.append(f"{reproducer} @ {digest[:12]}")

@@ -26,6 +26,12 @@ def positive_int(value):
     return number
 
 
+def exit_on_sigterm(signum, frame):
+    """A SIGTERM handler: leave by SystemExit, so that ``finally`` blocks run (a sandboxed program is killed,
+    runs being timed are given up) as they do on Ctrl-C."""
+    raise SystemExit(128 + signum)
+
+
 def line_writer(stream):
     """Write progress lines: rewritten in place on a terminal, one per line otherwise (logs, CI)."""
     if not stream.isatty():

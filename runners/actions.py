@@ -87,11 +87,11 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
     runs = (runs if runs is not None else campaign.runs.all()).filter(
         campaign=campaign, status__in=UNSUCCESSFUL_STATUSES)
     if kinds is not None:
-        kinds = [RunFailureKind(kind) for kind in kinds]  # ValueError for a name that is no kind
+        kinds = list(dict.fromkeys(RunFailureKind(kind) for kind in kinds))  # ValueError for a name that is no kind
         runs = runs.filter(failure_kind__in=kinds)
     with transaction.atomic():
         locked = Campaign.objects.select_for_update().get(pk=campaign.pk)  # serialises with do_complete_campaign
-        previous = list(runs.select_for_update(of=("self",)).values(*RETRY_RECORD_FIELDS))
+        previous = list(runs.select_for_update(of=("self",)).order_by("id").values(*RETRY_RECORD_FIELDS))
         run_ids = [run["id"] for run in previous]
         if run_ids:
             which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
@@ -322,20 +322,44 @@ def do_finish_run(run, outcome):
     return True
 
 
+def stale_running_runs(runs, now):
+    """The runs among ``runs`` still running long past their allowance (their time limit under their
+    detector, plus a grace period): whatever was executing them is gone."""
+    for run in runs.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
+        allowed = get_plugin(run.detector.name).run_allowance(run.reproducer_version.time_limit_seconds)
+        if run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE < now:
+            yield run
+
+
 def do_requeue_stale_runs(now=None):
     """The reaper: a run still 'running' long past its time limit lost its worker; queue it again."""
     now = now or timezone.now()
     requeued = []
-    for run in dispatched_runs().filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
-        allowed = get_plugin(run.detector.name).run_allowance(run.reproducer_version.time_limit_seconds)
-        deadline = run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE
-        if deadline < now:
-            if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(
-                    status=RunStatus.QUEUED, started_at=None, worker=None):
-                requeued.append(run.pk)
+    for run in stale_running_runs(dispatched_runs(), now):
+        if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(
+                status=RunStatus.QUEUED, started_at=None, worker=None):
+            requeued.append(run.pk)
     if requeued:
         transaction.on_commit(lambda: enqueue_runs(requeued))
     return requeued
+
+
+def do_give_up_stale_timed_runs(now=None):
+    """The reaper of overhead runs, which nobody queues again: one still running long past its allowance lost
+    the process timing it (killed, its host gone). It fails as lost, and its campaign is closed (the runs
+    left queued are cancelled). Returns the IDs given up."""
+    now = now or timezone.now()
+    given_up, campaign_ids = [], set()
+    timed = Run.objects.filter(campaign__purpose=CampaignPurpose.OVERHEAD)
+    for run in stale_running_runs(timed, now):
+        if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(
+                status=RunStatus.FAILED, failure_reason=timer_interrupted(), failure_kind=kind_of(timer_interrupted),
+                finished_at=now):
+            given_up.append(run.pk)
+            campaign_ids.add(run.campaign_id)
+    for campaign in Campaign.objects.filter(pk__in=campaign_ids):
+        do_cancel_campaign(campaign, acting_user=None)
+    return given_up
 
 
 def do_flag_unservable_runs(now=None):

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import connection
 
+from core.cli import exit_on_sigterm
+
 from .progress import wait_for_campaign
 
 
@@ -47,16 +49,12 @@ def local_worker(log_path, **options):
     """A worker for the length of a command. SIGTERM to the command stops the worker too: it runs
     in its own session (so that Ctrl-C reaches only the command) and would otherwise outlive it."""
     process = start_worker(log_path, **options)
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
         yield process
     finally:
         signal.signal(signal.SIGTERM, previous)
         stop_process(process)
-
-
-def _exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 def stop_process(process, timeout=20):

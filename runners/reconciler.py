@@ -3,7 +3,8 @@ repairs every difference, and repeating it is harmless (a run is claimed only wh
 extra message for it does nothing):
 
 - runs ``running`` on a worker whose heartbeat stopped are queued again (a new attempt), and the
-  time-limit reaper catches any left (``do_requeue_stale_runs``);
+  time-limit reaper catches any left (``do_requeue_stale_runs``); an overhead run, which its command
+  times in-process and nobody queues again, fails as lost past its allowance (``do_give_up_stale_timed_runs``);
 - runs ``queued`` for a while with no message in the broker (Redis lost it) are enqueued again;
 - runs nobody can serve are failed with the reason (``do_flag_unservable_runs``);
 - campaigns whose runs all finished but were never marked complete are completed.
@@ -20,7 +21,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .actions import do_complete_campaign, do_flag_unservable_runs, do_requeue_stale_runs, enqueue_runs
+from .actions import (
+    do_complete_campaign,
+    do_flag_unservable_runs,
+    do_give_up_stale_timed_runs,
+    do_requeue_stale_runs,
+    enqueue_runs,
+)
 from .models import Campaign, Run, RunStatus
 from .selectors import dispatched_runs
 from .tasks import execute_run
@@ -35,6 +42,7 @@ def reconcile(now=None):
     repaired = {
         "requeued_from_silent_workers": do_requeue_runs_of_silent_workers(now),
         "requeued_past_time_limit": do_requeue_stale_runs(now),
+        "overhead_runs_given_up": do_give_up_stale_timed_runs(now),
         "reenqueued_lost_messages": do_reenqueue_lost_runs(now),
         "failed_unservable": do_flag_unservable_runs(now),
     }

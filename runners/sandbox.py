@@ -431,14 +431,19 @@ def run_sandboxed(argv, workdir, env, limits):
         reader.start()
     deadline = started + limits.time_limit_seconds
     timed_out = forked_too_much = False
-    while not (timed_out or forked_too_much):
-        try:
-            process.wait(timeout=min(GROUP_CHECK_SECONDS, max(deadline - time.monotonic(), 0)))
-            break
-        except subprocess.TimeoutExpired:
-            timed_out = time.monotonic() >= deadline
-            # RLIMIT_NPROC does not hold for root: count the group (a fork bomb stays in it).
-            forked_too_much = group_size(process.pid) > limits.max_processes
+    try:
+        while not (timed_out or forked_too_much):
+            try:
+                process.wait(timeout=min(GROUP_CHECK_SECONDS, max(deadline - time.monotonic(), 0)))
+                break
+            except subprocess.TimeoutExpired:
+                timed_out = time.monotonic() >= deadline
+                # RLIMIT_NPROC does not hold for root: count the group (a fork bomb stays in it).
+                forked_too_much = group_size(process.pid) > limits.max_processes
+    except BaseException:  # the caller was interrupted (Ctrl-C, SystemExit on SIGTERM): the program goes too
+        _kill_group(process)
+        process.wait()
+        raise
     _kill_group(process)  # also reaps ranks or children the program left behind
     process.wait()
     for reader in readers:

@@ -244,3 +244,55 @@ def test_an_interrupted_overhead_measurement_leaves_nothing_running_or_queued(mo
     assert (lost.status, lost.failure_kind) == (RunStatus.FAILED, RunFailureKind.LOST)
     assert set(campaign.runs.exclude(pk=lost.pk).values_list("status", flat=True)) == {RunStatus.CANCELLED}
     assert campaign.completed_at is not None
+
+
+def test_a_stale_overhead_run_is_given_up_by_the_reconciler(versions):
+    """Its timing command was killed outright (SIGKILL, a lost host): nobody queues overhead runs again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runners.reconciler import reconcile
+
+    _, _, pipeline = versions
+    plan = CampaignPlan.pairs(pipeline, detector_record("plain"), [detector_record("nan_inf")], pairs=2)
+    campaign = do_create_campaign("overhead", plan, CampaignPurpose.OVERHEAD, enqueue=False, acting_user=None)
+    running = campaign.runs.order_by("id").first()
+    Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING, started_at=timezone.now(), attempts=1)
+    assert reconcile()["overhead_runs_given_up"] == []  # within its allowance: still being timed
+    repaired = reconcile(now=timezone.now() + timedelta(days=1))
+    assert repaired["overhead_runs_given_up"] == [running.pk]
+    running.refresh_from_db()
+    campaign.refresh_from_db()
+    assert (running.status, running.failure_kind) == (RunStatus.FAILED, RunFailureKind.LOST)
+    assert set(campaign.runs.exclude(pk=running.pk).values_list("status", flat=True)) == {RunStatus.CANCELLED}
+    assert campaign.completed_at is not None
+
+
+@pytest.mark.integration
+def test_an_interrupted_caller_takes_the_sandboxed_program_with_it(tmp_path):
+    """Ctrl-C (or SIGTERM turned into SystemExit) while the sandbox waits: the program's whole group dies."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from runners.sandbox import Limits, run_sandboxed
+
+    pid_file = tmp_path / "pid"
+    program = tmp_path / "sleeper.py"
+    program.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+    threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_sandboxed([sys.executable, str(program)], tmp_path, {"PATH": "/usr/bin:/bin"},
+                      Limits(time_limit_seconds=60, memory_mb=512))
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the sandboxed program {pid} outlived its interrupted caller")

@@ -35,7 +35,7 @@ def run(args, env):
     ("SILENTBENCH_MAX_TIME_LIMIT", "0", "is out of range: expected a whole number, at least 1"),
     ("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24GB", "expected comma-separated whole numbers, each at least 1; '24GB'"),
     ("SILENTBENCH_ANON_RATE", "300 per minute", "is not a rate: use requests/period"),
-    ("DJANGO_LOG_LEVEL", "verbose", "use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ("DJANGO_LOG_LEVEL", "verbose", "use one of NOTSET, DEBUG, INFO, WARNING, WARN, ERROR, CRITICAL"),
     ("SILENTBENCH_VERIFICATION_SEEDS", "101", "is out of range: expected a whole number, from 1 to 100"),
 ])
 def test_a_bad_value_stops_manage_py_at_start_naming_the_variable(tmp_path, name, value, explained):
@@ -143,3 +143,11 @@ def test_the_folders_are_made_on_first_use(tmp_path):
     assert result.stdout.strip() == "filesystem://"
     assert (var_dir / "silentbench.sqlite3").is_file()
     assert {path.name for path in (var_dir / "broker").iterdir()} == {"queue", "processed", "control"}
+
+
+def test_rates_and_log_levels_as_drf_and_logging_read_them(monkeypatch):
+    for rate in ("300/min", "10/minutes", "5/hour", "1000/days", "2/s"):
+        monkeypatch.setenv("SB_TEST_RATE", rate)
+        assert settings_module.env_rate("SB_TEST_RATE", "1/min") == rate
+    monkeypatch.setenv("SB_TEST_LEVEL", " info ")
+    assert settings_module.env_choice("SB_TEST_LEVEL", "INFO", settings_module.LOG_LEVELS) == "INFO"

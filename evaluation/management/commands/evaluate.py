@@ -1,3 +1,4 @@
+import signal
 import socket
 import sys
 import time
@@ -9,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from core.cli import comma_list, line_writer, positive_int
+from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation
 from evaluation.overhead import do_measure_overhead
@@ -63,6 +64,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["retabulate"] is not None:
             return self.retabulate(options["retabulate"], options["results"])
+        signal.signal(signal.SIGTERM, exit_on_sigterm)  # stopped like Ctrl-C: nothing left running
         started = time.monotonic()
         write = line_writer(sys.stdout)
         call_command("migrate", interactive=False, verbosity=0)

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import comma_list, int_list, line_writer
+from core.cli import comma_list, int_list, line_writer, positive_int
 from core.enums import Variant
 from evaluation.tables import cell_text, detection_table
 from runners.detectors import all_plugins
@@ -29,7 +29,7 @@ class Command(BaseCommand):
                             help="comma-separated detector names (default: every detector without a fit phase; "
                                  "TrainCheck fits for minutes and runs ~6x slower: add it by name, or use evaluate)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
-        parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1,
+        parser.add_argument("--concurrency", type=positive_int, default=os.cpu_count() or 1,
                             help="runs at a time (default: one per core)")
 
     def handle(self, *args, port, seeds, bugs, detectors, no_serve, concurrency, **options):

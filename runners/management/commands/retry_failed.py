@@ -1,5 +1,6 @@
 import sys
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, line_writer, positive_int
@@ -21,6 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
 
     def handle(self, *args, campaign, detectors, kinds, concurrency, no_worker, **options):
+        if kinds is not None and not kinds:
+            raise CommandError("--kinds names no kind: give one or more, e.g. --kinds time_limit,crash.")
         try:
             kinds = parse_kinds(kinds) if kinds else None
         except ValueError as error:
@@ -31,7 +34,10 @@ class Command(BaseCommand):
         runs = found.runs.all()
         if detectors:
             runs = runs.filter(detector__name__in=detectors)
-        run_ids = do_retry_failed_runs(found, runs, kinds=kinds, acting_user=None)  # the operator
+        try:
+            run_ids = do_retry_failed_runs(found, runs, kinds=kinds, acting_user=None)  # the operator
+        except ValidationError as error:
+            raise CommandError(" ".join(error.messages)) from error
         self.stdout.write(f"Campaign #{found.pk}: {len(run_ids)} failed run(s) queued again.")
         if run_ids:
             progress = wait_with_local_worker(found, line_writer(sys.stdout), "retry", concurrency,

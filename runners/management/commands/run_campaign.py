@@ -3,7 +3,7 @@ import sys
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import comma_list, int_list, line_writer
+from core.cli import comma_list, int_list, line_writer, positive_int
 from core.enums import Variant
 from runners.actions import do_create_campaign
 from runners.plans import CampaignPlan
@@ -23,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--detectors", type=comma_list, help="comma-separated detector names (default: all)")
         parser.add_argument("--variants", type=comma_list, default=Variant.values)
         parser.add_argument("--seeds", type=int_list, default=[0])
-        parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
+        parser.add_argument("--steps", type=positive_int, help="override each reproducer's default steps")
         parser.add_argument("--wait", action="store_true", help="show progress until every run has finished")
 
     def handle(self, *args, **options):

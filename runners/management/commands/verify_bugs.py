@@ -19,7 +19,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every CPU reproducer)")
         parser.add_argument("--seeds", type=positive_int, default=3, help="k, the number of seeds (0..k-1)")
-        parser.add_argument("--steps", type=int, help="override each reproducer's default steps")
+        parser.add_argument("--steps", type=positive_int, help="override each reproducer's default steps")
         parser.add_argument("--concurrency", type=positive_int, default=1,
                             help="runs at a time on the local worker (the verdict does not depend on it)")
         parser.add_argument("--no-worker", action="store_true",
