@@ -69,7 +69,7 @@ def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True,
 
 RETRY_RECORD_FIELDS = ("id", "status", "failure_kind", "failure_reason", "attempts", "worker__hostname", "exit_code",
                        "wall_seconds", "manifested", "finished_at")
-RETRY_RECORD_RUNS = 200  # runs whose previous result a retry's audit record keeps one by one (all are counted)
+AUDIT_RECORD_RUNS = 200  # runs a cancel's or retry's audit record keeps one by one (all of them are counted)
 
 
 def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
@@ -97,7 +97,7 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
             which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
             audit.record(acting_user, "retry", locked,
                          f"queued {len(run_ids)} failed or cancelled run(s) again{which}",
-                         runs=previous[:RETRY_RECORD_RUNS], run_count=len(previous),
+                         runs=previous[:AUDIT_RECORD_RUNS], run_count=len(previous),
                          alarms_cleared=Alarm.objects.filter(run_id__in=run_ids).count(),
                          cancelled_at=locked.cancelled_at, cancelled_by=locked.cancelled_by_id,
                          completed_at=locked.completed_at, kinds=kinds)
@@ -126,7 +126,8 @@ def do_cancel_campaign(campaign, *, acting_user):
         if run_ids:  # nothing queued: nothing was cancelled, and the campaign keeps its state
             Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True, completed_at__isnull=True).update(
                 cancelled_at=timezone.now(), cancelled_by=acting_user)
-            audit.record(acting_user, "cancel", campaign, f"cancelled {len(run_ids)} queued run(s)", runs=run_ids)
+            audit.record(acting_user, "cancel", campaign, f"cancelled {len(run_ids)} queued run(s)",
+                         runs=run_ids[:AUDIT_RECORD_RUNS], run_count=len(run_ids))
     do_complete_campaign(campaign, acting_user=acting_user)
     return run_ids
 

@@ -154,6 +154,8 @@ def test_cancel_and_retry_leave_a_record_on_the_campaign_page(client, versions):
     do_cancel_campaign(campaign, acting_user=maintainer)
     do_retry_failed_runs(campaign, acting_user=maintainer)
     assert list(AuditEvent.objects.about(campaign).values_list("action", flat=True)) == ["retry", "cancel", "create"]
+    cancel = AuditEvent.objects.about(campaign).get(action="cancel")
+    assert cancel.detail["runs"] == [campaign.runs.get(variant="fixed").pk] and cancel.detail["run_count"] == 1
     retry = AuditEvent.objects.about(campaign).get(action="retry")
     assert retry.detail["cancelled_by"] == maintainer.pk and retry.detail["cancelled_at"]
     page = client.get(campaign.get_absolute_url()).content.decode()
