@@ -1,8 +1,14 @@
-"""Run an untrusted program in a subprocess with limits, and say clearly how it ended.
+"""Run an untrusted program with limits, and say clearly how it ended.
 
 Pure Python (no Django), so that it can be tested and reused on its own.
 
-Confinement, from the outside in: its own session and process group (killed as a whole); rlimits
+By default every program is sealed in namespaces of its own (runners.isolation), started by a
+zygote (runners.zygote) that forks it warm or execs it cold, and watched from here: its time, its
+output, its total memory, the oracle record on its report FIFO. Where this kernel or container
+offers no user namespaces, ``run_sandboxed`` refuses to run it, unless the operator opted in
+(``Limits.allow_unisolated``): then the older confinement below applies, and the run says so.
+
+The older confinement (no namespaces), from the outside in: its own session and process group (killed as a whole); rlimits
 for memory, file size, core dumps and processes; death with the process that started it
 (``PR_SET_PDEATHSIG``), so a worker killed with -9 leaves no reproducer behind; an unprivileged
 user when the worker is root (``Limits.user``); and a Landlock ruleset, which needs no privilege
@@ -15,15 +21,19 @@ block /proc shows), and a root worker's reproducers lose ``CAP_SYS_PTRACE``.
 """
 import ctypes
 import functools
+import json
 import logging
 import os
 import pwd
 import re
 import resource
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +54,10 @@ class Limits:
     # when it runs unprivileged, only the sandbox's when a root worker switches to ``user``).
     max_processes: int = 512
     user: str = "nobody"  # who runs the program when the worker is root ("" keeps root: tests only)
+    disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together (sealed runs)
+    allow_unisolated: bool = False  # run without namespaces where the kernel has none (an operator's opt-in)
+    teardown_grace_seconds: float = 10.0
+    report_cap_bytes: int = 16 * 1024 * 1024  # after the oracle record, how long its processes may take to end
 
 
 @dataclass
@@ -108,6 +122,16 @@ def process_limit_reached(limits, last_line=""):
     return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
 
 
+def isolation_unavailable(error):
+    return ("Refused: this worker cannot seal runs in namespaces of their own "
+            f"({error}); it runs no untrusted code unless its operator sets SILENTBENCH_ALLOW_UNISOLATED=true.")
+
+
+def isolation_refused(reason):
+    """The sandbox did not start the program; ``reason`` already says why."""
+    return reason
+
+
 def write_refused(last_line=""):
     return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
             f"{last_line}").strip()
@@ -148,6 +172,12 @@ class SandboxResult:
     timed_out: bool = False
     flooded: bool = False
     forked_too_much: bool = False
+    memory_exceeded: bool = False
+    refused: str = ""  # why the program was not started at all
+    report_text: str = ""  # what the program wrote to its report (``report_path``), capped
+    ended_after_oracle: bool = False  # killed a grace period after its oracle record: judged from its records
+    layers: list = field(default_factory=list)  # the isolation layers that were active
+    notes: list = field(default_factory=list)  # for the run page: how it was started, ended, confined
 
     @property
     def signal_name(self):
@@ -158,6 +188,12 @@ class SandboxResult:
         # The program's last words decide (an earlier, handled "Permission denied" is no reason).
         last_line = next((line for line in reversed(self.stderr.strip().splitlines()) if line.strip()), "")
         forking = hit_process_limit(last_line)
+        if self.refused:
+            return Failure(isolation_refused, self.refused)
+        if self.ended_after_oracle:
+            return None
+        if self.memory_exceeded:
+            return Failure(out_of_memory, out_of_memory(limits, "(the run's processes together)"))
         if self.forked_too_much:
             return Failure(process_limit_exceeded, process_limit_exceeded(limits))
         if self.timed_out:
@@ -306,7 +342,7 @@ def _reachable_by(account, path):
     return True
 
 
-def _landlock_writes_only_under(paths):
+def landlock_writes_only_under(paths):
     """In the child: from now on, writes succeed only beneath ``paths``; signals stay inside the sandbox."""
     abi = landlock_abi()
     if not abi:
@@ -350,7 +386,7 @@ def _apply_limits(limits, writable, parent_pid):
             os.kill(os.getpid(), signal.SIGKILL)
         if os.geteuid() == 0:  # a root reproducer keeps no CAP_SYS_PTRACE across exec: the worker stays hidden
             _libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
-        _landlock_writes_only_under([writable, "/dev"])
+        landlock_writes_only_under([writable, "/dev"])
 
     return preexec
 
@@ -387,8 +423,40 @@ def _kill_group(process):
         pass
 
 
-def run_sandboxed(argv, workdir, env, limits):
+def run_sandboxed(argv, workdir, env, limits, *, warm=False, report_path=None, alarm_key="", devices=()):
     """Run ``argv`` in ``workdir`` with exactly ``env``; never raises for the program's misbehaviour.
+
+    ``warm``: ``argv`` is ``[python, script, *args]`` and the script runs in a child of the zygote that
+    has already imported torch. ``report_path``: where the program writes its report (a path in
+    ``workdir``); what it wrote comes back as ``SandboxResult.report_text``. ``alarm_key``: handed to a
+    warm run's probe in memory. ``devices``: device nodes it may use (leased GPUs).
+    """
+    layers = isolation_layers()
+    if layers["namespaces"]:
+        return _run_isolated(argv, Path(workdir), env, limits, warm, report_path, alarm_key, devices, layers)
+    reason = isolation_unavailable(layers["error"])
+    if not limits.allow_unisolated:
+        return SandboxResult(exit_code=None, wall_seconds=0.0, stdout="", stderr="", output_truncated=False,
+                             refused=reason)
+    result = _run_unisolated(argv, workdir, env, limits)
+    result.layers = ["landlock"] if landlock_abi() else []
+    result.notes.append("Not sealed in namespaces (this worker's operator allowed it): " + layers["error"])
+    if report_path is not None and Path(report_path).exists():
+        with open(report_path, "rb") as report:
+            result.report_text = report.read(limits.report_cap_bytes).decode("utf-8", "replace")
+    return result
+
+
+@functools.cache
+def isolation_layers():
+    """{"namespaces": [...], "error": why none} for this process's children; probed once."""
+    from .isolation import probe_layers
+
+    return probe_layers()
+
+
+def _run_unisolated(argv, workdir, env, limits):
+    """The confinement without namespaces (see the module's docstring): an operator's opt-in.
 
     The program may write only beneath its home (``env["HOME"]``, else ``workdir``): the run's own
     directory. It dies if the calling thread ends, so call this from a thread that waits for it.
@@ -412,23 +480,7 @@ def run_sandboxed(argv, workdir, env, limits):
         extra_groups=[] if account else None,
         preexec_fn=_apply_limits(limits, writable, os.getpid()),
     )
-    streams = {"stdout": CapturedStream(limits.log_cap_bytes), "stderr": CapturedStream(limits.log_cap_bytes)}
-    flooded = threading.Event()
-
-    def pump(pipe, stream):
-        for chunk in iter(lambda: pipe.read1(65536), b""):
-            stream.feed(chunk)
-            if streams["stdout"].total + streams["stderr"].total > limits.flood_bytes and not flooded.is_set():
-                flooded.set()
-                _kill_group(process)
-        pipe.close()
-
-    readers = [
-        threading.Thread(target=pump, args=(process.stdout, streams["stdout"]), daemon=True),
-        threading.Thread(target=pump, args=(process.stderr, streams["stderr"]), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
+    streams, flooded, readers = _capture(process.stdout, process.stderr, limits, lambda: _kill_group(process))
     deadline = started + limits.time_limit_seconds
     timed_out = forked_too_much = False
     try:
@@ -458,3 +510,249 @@ def run_sandboxed(argv, workdir, env, limits):
         flooded=flooded.is_set(),
         forked_too_much=forked_too_much,
     )
+
+
+def _capture(stdout, stderr, limits, kill):
+    """Read both streams in threads, within the log cap; ``kill()`` once past the flood limit."""
+    streams = {"stdout": CapturedStream(limits.log_cap_bytes), "stderr": CapturedStream(limits.log_cap_bytes)}
+    flooded = threading.Event()
+
+    def pump(pipe, stream):
+        for chunk in iter(lambda: pipe.read1(65536), b""):
+            stream.feed(chunk)
+            if streams["stdout"].total + streams["stderr"].total > limits.flood_bytes and not flooded.is_set():
+                flooded.set()
+                kill()
+        pipe.close()
+
+    readers = [threading.Thread(target=pump, args=(pipe, streams[name]), daemon=True)
+               for name, pipe in (("stdout", stdout), ("stderr", stderr))]
+    for reader in readers:
+        reader.start()
+    return streams, flooded, readers
+
+
+@dataclass
+class _ReportReader:
+    """Reads the run's report FIFO as the program writes it: keeps ``cap`` bytes, notes the oracle record.
+
+    The worker holds a write end too, so that the FIFO never reads as ended while the program has not
+    opened it yet; ``close`` gives it up, and the reader ends once every writer of the run is gone."""
+
+    path: Path
+    cap: int
+    oracle_at: float | None = None
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def start(self):
+        self._read_fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._write_fd = os.open(self.path, os.O_WRONLY)
+        os.set_blocking(self._read_fd, True)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        pending = b""
+        while chunk := os.read(self._read_fd, 65536):
+            self.total += len(chunk)
+            room = self.cap - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+            if self.oracle_at is None:
+                *lines, pending = (pending + chunk).split(b"\n")
+                pending = pending[-65536:]
+                if any(b'"oracle"' in line and _is_oracle(line) for line in lines):
+                    self.oracle_at = time.monotonic()
+        os.close(self._read_fd)
+
+    def close(self):
+        os.close(self._write_fd)
+        self._thread.join(timeout=10)
+
+    def text(self):
+        return self.data.decode("utf-8", "replace")
+
+
+def _is_oracle(line):
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("event") == "oracle"
+
+
+MEMORY_CHECK_EVERY = 5  # ticks of GROUP_CHECK_SECONDS: reading every process's PSS costs more than a count
+
+
+def _run_isolated(argv, workdir, env, limits, warm, report_path, alarm_key, devices, layers):
+    from .isolation import SandboxSpec
+    from .zygote import ZygoteClient
+
+    root_mountpoint = Path(tempfile.mkdtemp(prefix=f"{workdir.name}-root-", dir=workdir.parent))
+    fifo = None
+    account = pwd.getpwnam(limits.user) if os.geteuid() == 0 and limits.user else None
+    spec = SandboxSpec(
+        workdir=str(workdir), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env), warm=warm,
+        memory_mb=limits.memory_mb, file_size_mb=limits.file_size_mb, max_processes=limits.max_processes,
+        disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb, read_only=interpreter_paths(), devices=list(devices),
+        alarm_key=alarm_key, host_uid=account.pw_uid if account else None,
+        host_gid=account.pw_gid if account else None,
+    )
+    report = None
+    if report_path is not None:
+        fifo = Path(tempfile.mkdtemp(prefix=f"{workdir.name}-report-", dir=workdir.parent)) / "report"
+        os.mkfifo(fifo, 0o600)
+        if account:
+            os.chown(fifo, account.pw_uid, account.pw_gid)
+        spec.report_fifo, spec.report_path = str(fifo), str(report_path)
+        report = _ReportReader(fifo, limits.report_cap_bytes)
+        report.start()
+    stdout_read, stdout_write = os.pipe()
+    stderr_read, stderr_write = os.pipe()
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    started = time.monotonic()
+    try:
+        ZygoteClient.shared().launch(spec, [theirs.fileno(), stdout_write, stderr_write])
+    finally:
+        for fd in (theirs.detach(), stdout_write, stderr_write):
+            os.close(fd)
+    run = _SealedRun(mine)
+    streams, flooded, readers = _capture(os.fdopen(stdout_read, "rb"), os.fdopen(stderr_read, "rb"), limits,
+                                         run.kill)
+    deadline = started + limits.time_limit_seconds
+    timed_out = memory_exceeded = ended_after_oracle = False
+    ticks = 0
+    try:
+        while not run.ended(GROUP_CHECK_SECONDS):
+            now, ticks = time.monotonic(), ticks + 1
+            if now >= deadline:
+                timed_out = True
+            elif report and report.oracle_at and now - report.oracle_at > limits.teardown_grace_seconds:
+                ended_after_oracle = True
+            elif ticks % MEMORY_CHECK_EVERY == 0 and run.memory_mb() > limits.memory_mb:
+                memory_exceeded = True
+            else:
+                continue
+            run.kill()
+            run.ended(None)
+            break
+    except BaseException:  # the caller was interrupted (Ctrl-C, SystemExit on SIGTERM): the program goes too
+        run.kill()
+        raise
+    finally:
+        mine.close()
+        if report:
+            report.close()
+            shutil.rmtree(fifo.parent, ignore_errors=True)
+        for reader in readers:
+            reader.join(timeout=5)
+        _remove_mountpoint(root_mountpoint)
+    notes = [note for note in (run.note,) if note]
+    if ended_after_oracle:
+        notes.append(f"Ended {limits.teardown_grace_seconds:g} s after its oracle record: its processes were still "
+                     "running (a teardown hang). Judged from its records.")
+    return SandboxResult(
+        exit_code=run.exit_code,
+        wall_seconds=time.monotonic() - started,
+        stdout=streams["stdout"].text(),
+        stderr=streams["stderr"].text(),
+        output_truncated=streams["stdout"].truncated or streams["stderr"].truncated,
+        timed_out=timed_out,
+        flooded=flooded.is_set(),
+        memory_exceeded=memory_exceeded,
+        report_text=report.text() if report else "",
+        ended_after_oracle=ended_after_oracle and run.exit_code is not None,
+        layers=[f"{name} namespace" for name in layers["namespaces"]] + ["no capabilities", "no_new_privs"]
+        + (["landlock"] if landlock_abi() else []) + ["rlimits"],
+        notes=notes,
+    )
+
+
+def _remove_mountpoint(path):
+    try:
+        path.rmdir()
+    except OSError:
+        logger.warning("could not remove %s", path)
+
+
+class _SealedRun:
+    """The worker's side of one sealed run: the launcher's messages on ``conn``, the init's pidfd."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.pidfd = None
+        self.pid_namespace = None
+        self.exit_code = None
+        self.note = ""
+        self.over = False
+
+    def ended(self, timeout):
+        """Wait up to ``timeout`` seconds (None: for good) for the launcher's news; True once the run is over."""
+        while not self.over:
+            ready, _, _ = select.select([self.conn], [], [], timeout)
+            if not ready:
+                return False
+            message, fds, _, _ = socket.recv_fds(self.conn, 65536, 1)
+            if not message:  # the launcher died without a word
+                self.over = True
+                self.note = self.note or "The sandbox's launcher ended without reporting how the run ended."
+                break
+            news = json.loads(message)
+            if "pid" in news and fds:
+                self.pidfd = fds[0]
+                try:
+                    self.pid_namespace = os.readlink(f"/proc/{news['pid']}/ns/pid")
+                except OSError:
+                    pass
+            if "exit" in news:
+                self.over, self.exit_code, self.note = True, news["exit"], news.get("note", "")
+                if self.exit_code is None and not self.note:
+                    self.note = "The sandbox failed to start the program."
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        return True
+
+    def kill(self):
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+
+    def memory_mb(self):
+        """The run's processes' proportional share of memory (PSS) together, in MB."""
+        total = 0
+        for pid in namespace_members(self.pid_namespace):
+            try:
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+                    for line in rollup:
+                        if line.startswith(b"Pss:"):
+                            total += int(line.split()[1])
+                            break
+            except (OSError, ValueError):
+                continue
+        return total / 1024
+
+
+def namespace_members(pid_namespace):
+    """The host PIDs of the processes in ``pid_namespace`` (as /proc/<pid>/ns/pid names it)."""
+    if not pid_namespace:
+        return []
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/pid") == pid_namespace:
+                    members.append(int(entry.name))
+            except OSError:
+                continue
+    return members
+
+
+def interpreter_paths():
+    """What a sealed program may read besides the system's /usr: the interpreter, its environment (the
+    packages) and this package (the probe, the detectors)."""
+    here = Path(__file__).resolve().parent
+    return sorted({sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix), str(here)})

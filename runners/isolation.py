@@ -1,0 +1,474 @@
+"""Seal a run in namespaces of its own: the kernel's primitives, through ctypes, in this one module.
+
+Why not bubblewrap or nsjail: both *exec* the program they confine, and a warm start forks the
+program from an interpreter that has already imported torch (runners.zygote). So the forked child
+isolates itself with the same steps bubblewrap takes (user, mount, PID, network, IPC and UTS
+namespaces; a fresh root of read-only binds; pivot_root; no capabilities; Landlock), and a cold start
+is the same child calling ``execve`` at the end. No system package is needed, and Python 3.11 has no
+``os.unshare``, hence ctypes.
+
+The process tree of one run (``launch``, called in a freshly forked child)::
+
+    launcher   unshares the namespaces, maps its user, forks the init; after the init died (and with
+      |        it every process of the run), copies the run directory back out and reports the end
+      init     PID 1 of the run's PID namespace: builds the mount view, brings up loopback, forks the
+      |        program and waits for it; when it exits, the kernel kills whatever is left
+      program  the reproducer (or a tool such as traincheck-collect): no capabilities, no_new_privs,
+               Landlock, rlimits; its own session
+
+What the program sees: the interpreter and its packages (read-only, at their own paths), the system's
+``/usr``, a few files of ``/etc`` (not ``shadow``), its run directory (at its host path), a private
+``/tmp`` and ``/dev/shm`` (those three share one size-limited tmpfs: the disk total), ``/dev/null``,
+``zero``, ``full``, ``random``, ``urandom`` and the GPU devices it leased, its own ``/proc``, and a
+network namespace with nothing but its own loopback.
+"""
+import ctypes
+import errno
+import json
+import os
+import platform
+import resource
+import signal
+import socket
+import stat
+import struct
+from dataclasses import asdict, dataclass, field
+from fcntl import ioctl
+from pathlib import Path
+
+INSIDE_UID = INSIDE_GID = 1000
+HOSTNAME = "sandbox"
+DEVICES = ("null", "zero", "full", "random", "urandom")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives",
+             "ssl", "mime.types")
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+NAMESPACES = {"user": CLONE_NEWUSER, "mount": CLONE_NEWNS, "pid": CLONE_NEWPID, "network": CLONE_NEWNET,
+              "ipc": CLONE_NEWIPC, "uts": CLONE_NEWUTS, "cgroup": CLONE_NEWCGROUP}
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MNT_DETACH = 2
+ST_FLAGS_TO_MS = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC}
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
+_SYS_MOUNT_SETATTR, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, 0x8000, 1
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT = 1, 4, 24, 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class IsolationError(OSError):
+    """A step of the isolation failed: the program must not start."""
+
+
+def _check(result, what):
+    if result != 0:
+        code = ctypes.get_errno()
+        raise IsolationError(code, f"{what}: {os.strerror(code)}")
+
+
+@dataclass
+class SandboxSpec:
+    """One program to run sealed. Plain data: it travels as JSON from the worker to the zygote."""
+
+    workdir: str  # the run directory: copied in before the run (at the same path) and back out after it
+    root_mountpoint: str  # an empty host directory the new root is built on
+    argv: list  # a cold start: execve(argv[0], argv, env); a warm one: [python, script, *args]
+    env: dict
+    warm: bool = False
+    memory_mb: int = 4096  # per process (RLIMIT_AS); the worker watches the total
+    file_size_mb: int = 256
+    max_processes: int = 512  # processes and threads, counted in the run's own user namespace
+    disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together
+    copy_out_mb: int = 1024
+    read_only: list = field(default_factory=list)  # host paths shown read-only at their own paths
+    devices: list = field(default_factory=list)  # host device nodes (leased GPUs)
+    report_fifo: str = ""  # a host FIFO, shown at ``report_path`` (a path in the run directory)
+    report_path: str = ""
+    alarm_key: str = ""  # a warm start hands it to the probe in memory, never in the environment
+    # Under a root worker, the host user the program runs as (``nobody``): a user RLIMIT_NPROC holds for.
+    host_uid: int | None = None
+    host_gid: int | None = None
+
+    @classmethod
+    def from_json(cls, text):
+        return cls(**json.loads(text))
+
+    def to_json(self):
+        return json.dumps(asdict(self))
+
+
+# --- Which layers this kernel offers -------------------------------------------------------------
+
+def probe_layers():
+    """The isolation layers a child of this process can set up here: {"namespaces": [...], "error": str}.
+
+    Forks a child that tries the unshare and the user mapping (a container's seccomp profile or a
+    kernel setting may forbid user namespaces); costs a few milliseconds."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            _unshare_and_map()
+            message = {"namespaces": sorted(NAMESPACES), "error": ""}
+        except OSError as error:
+            message = {"namespaces": [], "error": str(error)}
+        os.write(write, json.dumps(message).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data or b'{"namespaces": [], "error": "the probe died"}')
+
+
+def _unshare_and_map(host_uid=None, host_gid=None):
+    """Enter new namespaces. The program's user inside (INSIDE_UID) is this process's own user, or, when
+    this process is root and ``host_uid`` is given, that host user: then a helper still outside writes
+    the map (as newuidmap does), which also maps root to itself, so that the set-up steps, which stay
+    root, can reach the interpreter under /root and create files."""
+    uid, gid = os.geteuid(), os.getegid()
+    privileged = uid == 0 and host_uid is not None
+    if not privileged:
+        _check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{INSIDE_UID} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{INSIDE_GID} {gid} 1")
+        return
+    os.setgroups([])
+    unshared_read, unshared_write = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        os.close(unshared_write)
+        code = 1
+        try:
+            if os.read(unshared_read, 1) == b"1":
+                parent = os.getppid()
+                Path(f"/proc/{parent}/setgroups").write_text("deny")
+                Path(f"/proc/{parent}/uid_map").write_text(f"0 0 1\n{INSIDE_UID} {host_uid} 1\n")
+                Path(f"/proc/{parent}/gid_map").write_text(f"0 0 1\n{INSIDE_GID} {host_gid} 1\n")
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(unshared_read)
+    try:
+        _check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
+        os.write(unshared_write, b"1")
+    finally:
+        os.close(unshared_write)
+        _, status = os.waitpid(helper, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise IsolationError(errno.EPERM, "could not map the sandbox's user")
+
+
+# --- The launcher, the init and the program --------------------------------------------------------
+
+def launch(spec, report):
+    """In a freshly forked child: run ``spec`` sealed, then ``os._exit``. ``report(message)`` sends the
+    worker {"pid": host PID of the init} once it exists, then {"exit": code or -signal, "note": ...}.
+    Standard output and error are the caller's (fds 1 and 2)."""
+    exit_status, note = None, ""
+    try:
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        workdir_fd = os.open(spec.workdir, os.O_RDONLY | os.O_DIRECTORY)
+        _unshare_and_map(spec.host_uid, spec.host_gid)
+        status_read, status_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_read)
+            _init(spec, workdir_fd, status_write)
+        os.close(status_write)
+        pidfd = os.pidfd_open(pid)  # the worker signals the init through it: no PID reuse can misdirect a kill
+        report({"pid": pid}, [pidfd])
+        os.close(pidfd)
+        os.waitpid(pid, 0)  # returns once every process of the run's PID namespace is gone
+        with os.fdopen(status_read, "rb") as status:
+            told = status.read()
+        exit_status = json.loads(told)["exit"] if told else -signal.SIGKILL  # no word: the init was killed
+        note = _copy_tree_out(Path(spec.workdir), workdir_fd, spec.copy_out_mb * 1024 * 1024)
+    except Exception as error:  # noqa: BLE001 - any failure of the set-up is the run's failure, said plainly
+        note = f"isolation failed: {error}"
+    report({"exit": exit_status, "note": note})
+    os._exit(0)
+
+
+def _init(spec, workdir_fd, status_write):
+    """PID 1 of the run. Never returns."""
+    code = 127
+    try:
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        _build_root(spec, workdir_fd)
+        os.close(workdir_fd)
+        _libc.sethostname(HOSTNAME.encode(), len(HOSTNAME))
+        _loopback_up()
+        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program cannot trace or read its init
+        program = os.fork()
+        if program == 0:
+            os.close(status_write)
+            _program(spec)
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == program:
+                code = os.waitstatus_to_exitcode(status)
+                break
+    except Exception as error:  # noqa: BLE001
+        os.write(2, f"SilentBench sandbox: {error}\n".encode())
+        code = 126
+    os.write(status_write, json.dumps({"exit": code}).encode())
+    os._exit(0)  # the kernel now kills every process left in the namespace
+
+
+def _program(spec):
+    """The sealed program: limits, no privileges, then exec (cold) or the script as __main__ (warm)."""
+    try:
+        os.setsid()
+        os.closerange(3, 65536)
+        os.chdir(spec.workdir)
+        _set_limits(spec)
+        _drop_privileges(spec.workdir)
+        if not spec.warm:
+            os.execve(spec.argv[0], spec.argv, spec.env)
+        from .zygote import run_warm
+
+        run_warm(spec)
+    except SystemExit as exit_:
+        code = exit_.code
+        os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+    except BaseException as error:  # noqa: BLE001
+        os.write(2, f"SilentBench sandbox: {type(error).__name__}: {error}\n".encode())
+        os._exit(126)
+    os._exit(0)
+
+
+def _set_limits(spec):
+    memory = spec.memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    file_size = spec.file_size_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Counted per user *in this user namespace*: all of the run's processes and threads, and nothing else.
+    resource.setrlimit(resource.RLIMIT_NPROC, (spec.max_processes, spec.max_processes))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_privileges(home):
+    """No capability left in any set, none to regain (bounding set, ambient), no_new_privs, Landlock."""
+    from .sandbox import landlock_writes_only_under
+
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last_cap + 1):
+        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    os.setresgid(INSIDE_GID, INSIDE_GID, INSIDE_GID)
+    os.setresuid(INSIDE_UID, INSIDE_UID, INSIDE_UID)  # clears the effective and permitted capabilities
+    landlock_writes_only_under([home, "/tmp", "/dev"])  # sets no_new_privs
+    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+# --- The mount view -------------------------------------------------------------------------------
+
+def _mount(source, target, fstype, flags, data=None):
+    result = _libc.mount(source and os.fsencode(source), os.fsencode(target), fstype and fstype.encode(),
+                         ctypes.c_ulong(flags), data and data.encode())
+    _check(result, f"mount {source or fstype} on {target}")
+
+
+def _read_only(target):
+    """Make the mount at ``target`` and every mount below it read-only."""
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    attr = MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
+    if _libc.syscall(_SYS_MOUNT_SETATTR, -100, os.fsencode(target), _AT_RECURSIVE, ctypes.byref(attr),
+                     ctypes.c_size_t(ctypes.sizeof(attr))) == 0:
+        return
+    # Before Linux 5.12: remount the top mount, keeping the flags the user namespace may not clear.
+    locked = sum(ms for st, ms in ST_FLAGS_TO_MS.items() if os.statvfs(target).f_flag & st)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
+
+
+def _bind(source, target, read_only=True):
+    source = Path(source)
+    if source.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch(exist_ok=True)
+    _mount(str(source), str(target), None, MS_BIND | MS_REC)
+    if read_only:
+        _read_only(str(target))
+
+
+def _build_root(spec, workdir_fd):
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    root = Path(spec.root_mountpoint)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+    for name in SYSTEM_DIRS:
+        host = Path("/", name)
+        if host.is_symlink():
+            (root / name).symlink_to(os.readlink(host))
+        elif host.is_dir():
+            _bind(host, root / name)
+    _etc(root)
+    for path in spec.read_only:
+        if os.path.exists(path):
+            _bind(path, root / path.lstrip("/"))
+    # One tmpfs holds the run directory, /tmp and /dev/shm: its size is their total.
+    writable = root / ".writable"
+    writable.mkdir()
+    _mount("tmpfs", writable, "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec.disk_mb}m,mode=0755")
+    for name, mode in (("home", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
+        (writable / name).mkdir()
+        os.chmod(writable / name, mode)
+    _copy_tree_in(workdir_fd, writable / "home")
+    for directory, _, files in os.walk(writable):  # the set-up may run as root: hand it all to the program
+        for path in [directory, *(os.path.join(directory, name) for name in files)]:
+            os.lchown(path, INSIDE_UID, INSIDE_GID)
+    _dev(root, spec.devices, writable / "shm")
+    if spec.report_fifo:  # a mount point: the program can write to it, not remove or replace it
+        (writable / "home" / Path(spec.report_path).relative_to(spec.workdir)).touch()
+    _bind(writable / "tmp", root / "tmp", read_only=False)  # first: the run directory may lie under /tmp
+    _bind(writable / "home", root / spec.workdir.lstrip("/"), read_only=False)
+    _check(_libc.umount2(os.fsencode(writable), MNT_DETACH), "umount the staging tmpfs")
+    writable.rmdir()
+    if spec.report_fifo:
+        _bind(spec.report_fifo, root / spec.report_path.lstrip("/"), read_only=False)
+    (root / "proc").mkdir()
+    _mount("proc", root / "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(root)
+    if _SYS_PIVOT_ROOT is None:
+        raise IsolationError(errno.ENOSYS, f"pivot_root: unknown system call number on {platform.machine()}")
+    _check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _etc(root):
+    etc = root / "etc"
+    etc.mkdir()
+    for name in ETC_FILES:
+        host = Path("/etc", name)
+        if host.is_symlink() and name == "localtime":
+            (etc / name).symlink_to(os.readlink(host))
+        elif host.exists():
+            _bind(host, etc / name)
+    (etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{INSIDE_UID}:{INSIDE_GID}::"
+                                f"/tmp:/bin/sh\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n")
+    (etc / "group").write_text(f"root:x:0:\nsandbox:x:{INSIDE_GID}:\nnogroup:x:65534:\n")
+    (etc / "hosts").write_text(f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost ip6-localhost\n")
+    (etc / "hostname").write_text(f"{HOSTNAME}\n")
+
+
+def _dev(root, devices, shm):
+    dev = root / "dev"
+    dev.mkdir()
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    for name in DEVICES:
+        _bind(f"/dev/{name}", dev / name, read_only=False)
+    for device in devices:
+        _bind(device, root / device.lstrip("/"), read_only=False)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        (dev / name).symlink_to(target)
+    (dev / "shm").mkdir()
+    _read_only(dev)  # device nodes stay usable on a read-only mount; nothing new can be made there
+    _bind(shm, dev / "shm", read_only=False)
+
+
+def _loopback_up():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+# --- Copying the run directory in and out ---------------------------------------------------------
+
+def _copy_tree_in(source_fd, target):
+    """Regular files and directories under ``source_fd`` (the host run directory) into ``target``."""
+    for entry in os.scandir(source_fd):
+        if entry.is_symlink():
+            continue
+        if entry.is_dir():
+            (target / entry.name).mkdir()
+            child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=source_fd)
+            try:
+                _copy_tree_in(child, target / entry.name)
+            finally:
+                os.close(child)
+        elif entry.is_file():
+            with _open_regular(entry.name, source_fd) as reader, open(target / entry.name, "wb") as writer:
+                _copy(reader, writer)
+
+
+def _copy_tree_out(source, target_fd, budget):
+    """After the run (every process of it is gone): regular files and directories of ``source`` back
+    into the host run directory, at most ``budget`` bytes; links, FIFOs and the like are left behind.
+    Returns a note when something was left out."""
+    skipped = []
+
+    def copy(directory, directory_fd):
+        nonlocal budget
+        for entry in os.scandir(directory):
+            if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+                continue
+            if entry.is_dir():
+                try:
+                    os.mkdir(entry.name, dir_fd=directory_fd)
+                except FileExistsError:
+                    pass
+                child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory_fd)
+                try:
+                    copy(entry.path, child)
+                finally:
+                    os.close(child)
+                continue
+            size = entry.stat(follow_symlinks=False).st_size
+            if size > budget:
+                skipped.append(entry.path)
+                continue
+            budget -= size
+            try:
+                os.unlink(entry.name, dir_fd=directory_fd)
+            except FileNotFoundError:
+                pass
+            try:
+                reader = _open_regular(entry.path)
+            except OSError:  # not a regular file after all (a FIFO mounted over one: the report)
+                continue
+            fd = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory_fd)
+            with reader, os.fdopen(fd, "wb") as writer:
+                _copy(reader, writer)
+
+    copy(source, target_fd)
+    return f"{len(skipped)} file(s) not copied out of the run directory (over the size budget)" if skipped else ""
+
+
+def _open_regular(path, dir_fd=None):
+    """``path`` opened for reading if it is a regular file: never a link, and never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IsolationError(errno.EINVAL, f"{path} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _copy(reader, writer):
+    while chunk := reader.read(1 << 20):
+        writer.write(chunk)

@@ -1,0 +1,193 @@
+"""The zygote: an interpreter that has already imported torch and the probe, and forks one sealed child
+per run (runners.isolation), so that a run no longer pays the interpreter's and torch's start-up.
+
+``python -m runners.zygote FD`` serves requests on the SOCK_SEQPACKET socket FD: a request is one
+packet, a SandboxSpec as JSON, with three file descriptors (the run's own socket, its stdout and its
+stderr). The zygote forks the run's launcher and goes back to waiting; the launcher reports on the
+run's socket. It exits when the worker closes its end, and dies with the worker.
+
+A warm child runs the reproducer as ``__main__`` with its argv, in the environment the run declares.
+``torch.multiprocessing.spawn`` forks its ranks from the same warm state instead of starting a new
+interpreter for each.
+"""
+import atexit
+import json
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+from .isolation import SandboxSpec, launch
+
+REQUEST_BYTES = 1 << 20
+READY = b"ready"
+START_TIMEOUT_SECONDS = 300
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# What the zygote's environment holds when it imports torch: the same as every run's, nothing secret.
+ZYGOTE_ENV_PASSED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "TZ")
+
+
+class ZygoteError(RuntimeError):
+    """The zygote did not start or went away."""
+
+
+class ZygoteClient:
+    """The worker's end of its zygote: started on first use, one per process (a forked pool child starts its
+    own), gone with the process."""
+
+    _shared = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def shared(cls):
+        with cls._lock:
+            if cls._shared is None or not cls._shared.alive():
+                cls._shared = cls()
+            return cls._shared
+
+    def __init__(self):
+        self.owner = os.getpid()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+               "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
+        env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen([sys.executable, "-m", "runners.zygote", str(theirs.fileno())],
+                                        pass_fds=[theirs.fileno()], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=self.log, stderr=self.log, start_new_session=True)
+        theirs.close()
+        self.control.settimeout(START_TIMEOUT_SECONDS)
+        try:
+            ready = self.control.recv(len(READY))
+        except TimeoutError:
+            ready = b""
+        self.control.settimeout(None)
+        if ready != READY:
+            self.process.kill()
+            self.log.seek(0)
+            raise ZygoteError(f"the zygote did not start: {self.log.read()[-2000:].decode(errors='replace')}")
+
+    def alive(self):
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def launch(self, spec, fds):
+        """Have the zygote fork a launcher for ``spec`` with ``fds`` (the run's socket, stdout, stderr)."""
+        try:
+            socket.send_fds(self.control, [spec.to_json().encode()], fds)
+        except OSError as error:
+            raise ZygoteError(f"the zygote went away: {error}") from error
+
+
+def preload():
+    """What every run would import first: torch and its usual companions, and the probe's detectors."""
+    import argparse  # noqa: F401
+    import math  # noqa: F401
+
+    import numpy  # noqa: F401
+    import torch
+    import torch.distributed  # noqa: F401
+    import torch.multiprocessing  # noqa: F401
+    import torch.nn  # noqa: F401
+    import torch.nn.functional  # noqa: F401
+    import torch.optim  # noqa: F401
+    import torch.utils.data  # noqa: F401
+
+    from .detectors import registered_plugins  # noqa: F401 - every plugin module, as the probe loads them
+
+    torch.multiprocessing.spawn = _spawn_by_fork
+
+
+def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    """``torch.multiprocessing.spawn`` in a warm run: the ranks fork from this already warm process."""
+    from torch.multiprocessing import start_processes
+
+    return start_processes(fn, args, nprocs, join, daemon, start_method="fork")
+
+
+def run_warm(spec):
+    """In the sealed child: become ``python script args...`` in the run's environment; never returns."""
+    os.environ.clear()
+    os.environ.update(spec.env)
+    script, *arguments = spec.argv[1:]
+    sys.argv = [script, *arguments]
+    sys.path[0] = str(Path(script).resolve().parent)
+    code = 0
+    try:
+        if spec.env.get("SILENTBENCH_DETECTOR"):
+            from .detectors.base import start_probe
+
+            start_probe(alarm_key=spec.alarm_key)
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit_:
+        code = _exit_code(exit_.code)
+    except BaseException:  # noqa: BLE001 - as the interpreter does: the traceback on stderr, exit code 1
+        traceback.print_exc()
+        code = 1
+    threading._shutdown()  # what the interpreter does at exit: wait for threads, then atexit, then flush
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _exit_code(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def serve(control):
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers report on their own sockets; nobody waits
+    control.sendall(READY)
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, REQUEST_BYTES, 3)
+        if not message:
+            os._exit(0)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        conn_fd, stdout_fd, stderr_fd = fds
+        if os.fork() == 0:
+            control.close()
+            _launch_child(SandboxSpec.from_json(message), conn_fd, stdout_fd, stderr_fd)
+        for fd in fds:
+            os.close(fd)
+
+
+def _launch_child(spec, conn_fd, stdout_fd, stderr_fd):
+    null = os.open(os.devnull, os.O_RDONLY)
+    for source, target in ((null, 0), (stdout_fd, 1), (stderr_fd, 2)):
+        os.dup2(source, target)
+    for fd in (null, stdout_fd, stderr_fd):
+        os.close(fd)
+    conn = socket.socket(fileno=conn_fd)
+    conn.set_inheritable(False)
+
+    def report(message, fds=()):
+        socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
+
+    launch(spec, report)
+
+
+def main():
+    control = socket.socket(fileno=int(sys.argv[1]))
+    control.set_inheritable(False)
+    preload()
+    serve(control)
+
+
+if __name__ == "__main__":
+    main()
