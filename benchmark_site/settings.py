@@ -335,6 +335,14 @@ SILENTBENCH_LOG_CAP_BYTES = env_int("SILENTBENCH_LOG_CAP_BYTES", 64 * 1024, mini
 SILENTBENCH_OUTPUT_FLOOD_BYTES = env_int("SILENTBENCH_OUTPUT_FLOOD_BYTES", 32 * 1024 * 1024, minimum=1)
 SILENTBENCH_REPORT_CAP_BYTES = env_int("SILENTBENCH_REPORT_CAP_BYTES", 16 * 1024 * 1024, minimum=1)
 SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
+# A run's run directory, /tmp and /dev/shm together (one tmpfs: runners/isolation.py), in MB.
+SILENTBENCH_MAX_DISK_MB = env_int("SILENTBENCH_MAX_DISK_MB", 1024, minimum=1)
+# Where the kernel or container offers no user namespaces, run untrusted code anyway (docs/security.md).
+SILENTBENCH_ALLOW_UNISOLATED = env_bool("SILENTBENCH_ALLOW_UNISOLATED", False)
+# Fork runs from a zygote that has imported torch (runners/zygote.py); false starts every run cold.
+SILENTBENCH_WARM_START = env_bool("SILENTBENCH_WARM_START", True)
+# After its oracle record, how long a run's processes may take to end before they are killed.
+SILENTBENCH_TEARDOWN_GRACE_SECONDS = env_float("SILENTBENCH_TEARDOWN_GRACE_SECONDS", 10.0, minimum=0)
 # A worker running as root starts reproducers as this user ("" keeps root); see runners/sandbox.py.
 SILENTBENCH_SANDBOX_USER = os.environ.get("SILENTBENCH_SANDBOX_USER", "nobody")
 # --- Routing by need (runners/routing.py, docs/gpu-nodes.md). ---

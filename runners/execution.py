@@ -1,6 +1,8 @@
 """Execute one run: materialize the exact reproducer version, sandbox it, parse its report."""
 import json
 import os
+import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -15,7 +17,7 @@ from .detectors.base import RunContext
 from .failures import no_oracle_report, offline_check_failed, sandbox_kind
 from .models import RunFailureKind
 from .report import parse_report
-from .routing import visible_devices
+from .routing import device_nodes, visible_devices
 from .sandbox import Limits, run_sandboxed
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -42,6 +44,7 @@ class RunOutcome:
     protocol_errors: list = field(default_factory=list)
     analysis_seconds: float | None = None
     detector_summary: dict = field(default_factory=dict)
+    execution: dict = field(default_factory=dict)  # how it ran: start, layers, notes (Run.execution)
 
 
 def materialize(files, workdir):
@@ -55,7 +58,8 @@ def materialize(files, workdir):
         target.write_text(text, encoding="utf-8")
 
 
-def scrubbed_environment(workdir, report_path, detector_name, detector_config, instrumented, devices=()):
+def scrubbed_environment(workdir, report_path, detector_name, detector_config, instrumented, devices=(),
+                         alarm_key=""):
     """The run's whole environment: built from nothing, so no secret or credential leaks in. It sees only
     the GPUs it holds (``devices``, nvidia-smi's indices); none at all when it holds none."""
     env = {
@@ -73,7 +77,32 @@ def scrubbed_environment(workdir, report_path, detector_name, detector_config, i
         env["PYTHONPATH"] = os.pathsep.join([str(PROBE_DIR), str(REPO_ROOT)])
         env["SILENTBENCH_DETECTOR"] = detector_name
         env["SILENTBENCH_DETECTOR_CONFIG"] = json.dumps(detector_config)
+        env["SILENTBENCH_ALARM_KEY"] = alarm_key  # the probe takes it out of the environment as it starts
     return env
+
+
+# Names a reproducer's declared environment may not set: the runner's own, and what finds the interpreter.
+RESERVED_ENV = re.compile(r"^(SILENTBENCH_|PYTHON|LD_|PATH$|HOME$|TMPDIR$|CUDA_VISIBLE_DEVICES$)")
+
+
+def declared_environment(version):
+    """The environment variables the version's manifest declares (``needs.environment``), reserved names left
+    out. They must be set before torch is imported, so such a run starts cold."""
+    declared = (version.manifest.get("needs") or {}).get("environment") or {}
+    if not isinstance(declared, dict):
+        return {}
+    return {str(name): str(value) for name, value in declared.items() if not RESERVED_ENV.match(str(name))}
+
+
+def cold_start_reason(plugin, argv, command, declared):
+    """Why a run cannot start warm (forked from the zygote), or '' when it can."""
+    if not settings.SILENTBENCH_WARM_START:
+        return "warm starts are turned off on this worker (SILENTBENCH_WARM_START=false)"
+    if command != argv:
+        return f"the detector {plugin.name} runs the reproducer through its own command"
+    if declared:
+        return "the reproducer declares environment variables, which must be set before torch is imported"
+    return ""
 
 
 def run_limits(version):
@@ -84,7 +113,16 @@ def run_limits(version):
         flood_bytes=settings.SILENTBENCH_OUTPUT_FLOOD_BYTES,
         max_processes=settings.SILENTBENCH_MAX_PROCESSES,
         user=settings.SILENTBENCH_SANDBOX_USER,
+        disk_mb=settings.SILENTBENCH_MAX_DISK_MB,
+        allow_unisolated=settings.SILENTBENCH_ALLOW_UNISOLATED,
+        teardown_grace_seconds=settings.SILENTBENCH_TEARDOWN_GRACE_SECONDS,
+        report_cap_bytes=settings.SILENTBENCH_REPORT_CAP_BYTES,
     )
+
+
+def forged_alarms_note(count):
+    return (f"{count} alarm record(s) without the detector probe's signature were refused: alarms come only from "
+            "detectors, never from the reproducer.")
 
 
 class UnapprovedVersion(PermissionError):
@@ -107,19 +145,27 @@ def execute(run, devices=()):
     settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
     analysis_error, analysis_seconds, offline_alarms = "", None, []
+    alarm_key = secrets.token_hex(16)
     try:
         (workdir / "tmp").mkdir()
         report_path = workdir / ".silentbench-report.jsonl"
         materialize(version.files, workdir)
         env = scrubbed_environment(workdir, report_path, plugin.name, run.detector.config, plugin.instruments,
-                                   devices)
+                                   devices, alarm_key)
         env.update(plugin.environment(run.detector.config))
+        declared = declared_environment(version)
+        env.update(declared)
         context = RunContext(workdir=workdir, entrypoint=version.entrypoint, config=run.detector.config, env=env,
                              limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None)
         argv = [sys.executable, version.entrypoint, "--variant", run.variant,
                 "--seed", str(run.seed), "--steps", str(run.steps)]
-        result = run_sandboxed(plugin.command(argv, context), workdir, env, limits)
-        report = parse_report(_read_capped(report_path, settings.SILENTBENCH_REPORT_CAP_BYTES))
+        command = plugin.command(argv, context)
+        cold_reason = cold_start_reason(plugin, argv, command, declared)
+        if not cold_reason:
+            env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory
+        result = run_sandboxed(command, workdir, env, limits, warm=not cold_reason, report_path=report_path,
+                               alarm_key=alarm_key, devices=device_nodes(devices))
+        report = parse_report(result.report_text, alarm_key=alarm_key)
         failure = result.failure(limits)
         if failure is None:
             started = time.monotonic()
@@ -136,8 +182,17 @@ def execute(run, devices=()):
         kind, reason = sandbox_kind(failure), failure.reason
     elif analysis_error:
         kind, reason = RunFailureKind.INTERNAL, analysis_error
+    elif report.over_cap:
+        kind, reason = RunFailureKind.PROTOCOL, report.over_cap
     elif report.oracle is None:
         kind, reason = RunFailureKind.PROTOCOL, no_oracle_report()
+    execution = {
+        "start": "cold" if cold_reason else "warm",
+        "cold_reason": cold_reason,
+        "layers": result.layers,
+        "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else []),
+        "refused_alarms": report.refused_alarms,
+    }
     return RunOutcome(
         succeeded=not reason,
         failure_reason=reason,
@@ -155,11 +210,5 @@ def execute(run, devices=()):
         protocol_errors=report.errors,
         analysis_seconds=analysis_seconds,
         detector_summary=context.summary,
+        execution=execution,
     )
-
-
-def _read_capped(path, cap):
-    if not path.exists():
-        return ""
-    with open(path, "rb") as report:
-        return report.read(cap).decode("utf-8", "replace")

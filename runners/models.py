@@ -245,6 +245,9 @@ class Run(models.Model):
     analysis_seconds = models.FloatField(null=True, blank=True, help_text="Offline checking after the run.")
     detector_summary = models.JSONField(default=dict, blank=True,
                                         help_text="The detector's summary of the whole run.")
+    execution = models.JSONField(default=dict, blank=True,
+                                 help_text="How it ran: start (warm or cold, and why cold), the sandbox's layers, "
+                                           "notes (a teardown hang, refused alarm records).")
 
     class Meta:
         ordering = ["-queued_at", "-id"]
@@ -264,7 +267,7 @@ class Run(models.Model):
 
 # Columns that lists of runs never show, some of them large (logs, step records, the reproducer's files).
 LISTING_DEFERRED = ("stdout", "stderr", "step_records", "oracle_evidence", "protocol_errors", "detector_summary",
-                    "reproducer_version__files", "reproducer_version__manifest")
+                    "execution", "reproducer_version__files", "reproducer_version__manifest")
 
 
 def runs_for_listing(runs):

@@ -191,3 +191,14 @@ def devices_for_run(run_id):
 def visible_devices(devices):
     """The value of CUDA_VISIBLE_DEVICES for a run holding ``devices``: "" hides every GPU from a CPU run."""
     return ",".join(str(index) for index in devices)
+
+
+GPU_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+
+
+def device_nodes(devices):
+    """The device files a sealed run holding GPUs ``devices`` may open: theirs and the driver's shared ones."""
+    if not devices:
+        return []
+    nodes = [f"/dev/nvidia{index}" for index in devices] + list(GPU_SHARED_NODES)
+    return [node for node in nodes if os.path.exists(node)]

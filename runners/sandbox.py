@@ -298,7 +298,12 @@ def landlock_abi():
 
 
 def describe_confinement(limits):
-    """One line for the worker's log: who runs the programs and whether Landlock confines their writes."""
+    """One line for the worker's log: how runs are sealed here, or why they are not."""
+    layers = isolation_layers()
+    if layers["namespaces"]:
+        return f"runs sealed in their own {', '.join(layers['namespaces'])} namespaces; Landlock ABI {landlock_abi()}"
+    if not limits.allow_unisolated:
+        return "REFUSING untrusted code: " + isolation_unavailable(layers["error"])
     account = _sandbox_account(limits, [sys.executable]) or pwd.getpwuid(os.geteuid())
     abi = landlock_abi()
     confined = f"Landlock ABI {abi}" if abi else "NOT confined (no Landlock in this kernel or container)"
@@ -621,7 +626,7 @@ def _run_isolated(argv, workdir, env, limits, warm, report_path, alarm_key, devi
     streams, flooded, readers = _capture(os.fdopen(stdout_read, "rb"), os.fdopen(stderr_read, "rb"), limits,
                                          run.kill)
     deadline = started + limits.time_limit_seconds
-    timed_out = memory_exceeded = ended_after_oracle = False
+    timed_out = memory_exceeded = ended_after_oracle = forked_too_much = False
     ticks = 0
     try:
         while not run.ended(GROUP_CHECK_SECONDS):
@@ -630,6 +635,8 @@ def _run_isolated(argv, workdir, env, limits, warm, report_path, alarm_key, devi
                 timed_out = True
             elif report and report.oracle_at and now - report.oracle_at > limits.teardown_grace_seconds:
                 ended_after_oracle = True
+            elif len(namespace_members(run.pid_namespace)) >= limits.max_processes:
+                forked_too_much = True  # RLIMIT_NPROC refuses more; a program that keeps trying is stopped
             elif ticks % MEMORY_CHECK_EVERY == 0 and run.memory_mb() > limits.memory_mb:
                 memory_exceeded = True
             else:
@@ -660,6 +667,7 @@ def _run_isolated(argv, workdir, env, limits, warm, report_path, alarm_key, devi
         output_truncated=streams["stdout"].truncated or streams["stderr"].truncated,
         timed_out=timed_out,
         flooded=flooded.is_set(),
+        forked_too_much=forked_too_much,
         memory_exceeded=memory_exceeded,
         report_text=report.text() if report else "",
         ended_after_oracle=ended_after_oracle and run.exit_code is not None,

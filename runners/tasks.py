@@ -110,7 +110,8 @@ def reconcile_and_beat_on_start(sender, **kwargs):
     from .reconciler import do_requeue_runs_of_restarted_worker, reconcile
 
     logger.info("sandbox: %s", describe_confinement(Limits(time_limit_seconds=0, memory_mb=0,
-                                                          user=settings.SILENTBENCH_SANDBOX_USER)))
+                                                          user=settings.SILENTBENCH_SANDBOX_USER,
+                                                          allow_unisolated=settings.SILENTBENCH_ALLOW_UNISOLATED)))
     # The heartbeat first: whatever happens below, this worker must not look dead while it takes runs.
     threading.Thread(target=_heartbeat, args=(sender.hostname, settings.SILENTBENCH_HEARTBEAT_SECONDS),
                      name="silentbench-heartbeat", daemon=True).start()

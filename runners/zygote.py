@@ -115,8 +115,9 @@ def run_warm(spec):
     os.environ.clear()
     os.environ.update(spec.env)
     script, *arguments = spec.argv[1:]
-    sys.argv = [script, *arguments]
-    sys.path[0] = str(Path(script).resolve().parent)
+    script = os.path.abspath(script)  # as the interpreter makes ``__main__.__file__`` since Python 3.9
+    sys.argv = [spec.argv[1], *arguments]
+    sys.path[0] = os.path.dirname(script)
     code = 0
     try:
         if spec.env.get("SILENTBENCH_DETECTOR"):

@@ -1,5 +1,6 @@
 """Helpers shared by several test modules (test modules import from here and from factories.py, never
 from each other)."""
+import os
 from html.parser import HTMLParser
 
 import yaml
@@ -157,3 +158,17 @@ def is_running(pid):
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def processes_naming(word):
+    """The host PIDs of the processes whose command line contains ``word`` (a token a test gave them)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                    if word.encode() in cmdline.read():
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
