@@ -76,6 +76,7 @@ class SandboxSpec:
     """One program to run sealed. Plain data: it travels as JSON from the worker to the zygote."""
 
     workdir: str  # the run directory: copied in before the run (at the same path) and back out after it
+    cwd: str  # where the program starts: the run directory or a folder in it
     root_mountpoint: str  # an empty host directory the new root is built on
     argv: list  # a cold start: execve(argv[0], argv, env); a warm one: [python, script, *args]
     env: dict
@@ -229,7 +230,7 @@ def _program(spec):
     try:
         os.setsid()
         os.closerange(3, 65536)
-        os.chdir(spec.workdir)
+        os.chdir(spec.cwd)
         _set_limits(spec)
         _drop_privileges(spec.workdir)
         if not spec.warm:

@@ -438,7 +438,7 @@ def run_sandboxed(argv, workdir, env, limits, *, warm=False, report_path=None, a
     """
     layers = isolation_layers()
     if layers["namespaces"]:
-        return _run_isolated(argv, Path(workdir), env, limits, warm, report_path, alarm_key, devices, layers)
+        return _run_isolated(Path(workdir), argv, env, limits, warm, report_path, alarm_key, devices, layers)
     reason = isolation_unavailable(layers["error"])
     if not limits.allow_unisolated:
         return SandboxResult(exit_code=None, wall_seconds=0.0, stdout="", stderr="", output_truncated=False,
@@ -590,15 +590,18 @@ def _is_oracle(line):
 MEMORY_CHECK_EVERY = 5  # ticks of GROUP_CHECK_SECONDS: reading every process's PSS costs more than a count
 
 
-def _run_isolated(argv, workdir, env, limits, warm, report_path, alarm_key, devices, layers):
+def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices, layers):
+    """A sealed run of ``argv`` in ``cwd``; its directory (what it may write, copied in and out) is its home,
+    ``env["HOME"]``, which holds ``cwd`` (TrainCheck's fit runs each reference program in a folder of it)."""
     from .isolation import SandboxSpec
     from .zygote import ZygoteClient
 
+    workdir = Path(env.get("HOME") or cwd)
     root_mountpoint = Path(tempfile.mkdtemp(prefix=f"{workdir.name}-root-", dir=workdir.parent))
     fifo = None
     account = pwd.getpwnam(limits.user) if os.geteuid() == 0 and limits.user else None
     spec = SandboxSpec(
-        workdir=str(workdir), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env), warm=warm,
+        workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env), warm=warm,
         memory_mb=limits.memory_mb, file_size_mb=limits.file_size_mb, max_processes=limits.max_processes,
         disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb, read_only=interpreter_paths(), devices=list(devices),
         alarm_key=alarm_key, host_uid=account.pw_uid if account else None,
