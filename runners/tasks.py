@@ -4,7 +4,7 @@ import threading
 import time
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 from django.conf import settings
 from django.db import DatabaseError, connection
 
@@ -77,6 +77,23 @@ def _execute_claimed(run, devices):
         do_fail_run_without_executing(run, internal_error(error), RunFailureKind.INTERNAL)
         return
     do_finish_run(run, outcome)
+
+
+@worker_process_init.connect
+def start_zygote(**kwargs):
+    """Each pool process starts its zygote at once, so that its first run does not wait for torch's import."""
+    from .sandbox import isolation_layers
+    from .zygote import ZygoteClient
+
+    if isolation_layers()["namespaces"]:
+        threading.Thread(target=_start_zygote, args=(ZygoteClient,), name="silentbench-zygote", daemon=True).start()
+
+
+def _start_zygote(client):
+    try:
+        client.shared()
+    except Exception:  # the first run will try again, and fail with the reason
+        logger.exception("the zygote did not start")
 
 
 AUTO_QUEUES = {"auto": True, "auto-gpu": False}  # -Q value: with the cpu queue or without

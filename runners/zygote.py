@@ -100,6 +100,9 @@ def preload():
 
     from .detectors import registered_plugins  # noqa: F401 - every plugin module, as the probe loads them
 
+    # The first optimizer a process builds imports torch._dynamo, torch._inductor and sympy (about 3 s here).
+    # A one-element tensor runs no parallel kernel: the zygote starts no thread pool a fork would break.
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     torch.multiprocessing.spawn = _spawn_by_fork
 
 
