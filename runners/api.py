@@ -59,7 +59,7 @@ class RunSerializer(serializers.ModelSerializer):
                   "variant", "seed", "steps", "queue", "status", "failure_kind", "failure_reason", "attempts",
                   "queued_at", "started_at", "finished_at", "wall_seconds", "exit_code", "manifested",
                   "oracle_summary", "oracle_evidence", "trigger_step", "step_records", "protocol_errors",
-                  "environment", "fit_artifact", "analysis_seconds", "detector_summary", "alarm_count"]
+                  "environment", "fit_artifact", "analysis_seconds", "detector_summary", "execution", "alarm_count"]
 
 
 def with_alarm_count(runs):
