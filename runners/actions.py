@@ -8,6 +8,7 @@ import functools
 import logging
 import socket
 import time
+from collections import namedtuple
 from datetime import timedelta
 
 from django.conf import settings
@@ -20,7 +21,7 @@ from core import audit
 
 from .detectors import get_plugin
 from .environment import host_capabilities, host_facts
-from .failures import cancelled_before_start, kind_of, timer_interrupted
+from .failures import cancelled_before_start, kind_of, lost_again, storing_failed, timer_interrupted
 from .models import (
     UNSUCCESSFUL_STATUSES,
     Alarm,
@@ -38,11 +39,15 @@ from .models import (
 )
 from .plans import CampaignPlan
 from .registry import detector_record
+from .report import json_safe
 from .routing import queue_for, unservable_reason
 from .selectors import dispatched_runs, live_workers
 
 logger = logging.getLogger(__name__)
 STALE_RUN_GRACE = timedelta(minutes=5)
+# A run whose executor goes away while it runs is queued again as a new attempt, but one lost on its second
+# attempt (or later) fails as lost: it may be what takes its workers down (do_requeue_lost_runs).
+MAX_ATTEMPTS = 2
 
 
 def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True, *, acting_user):
@@ -292,7 +297,21 @@ def do_give_up_running_runs(campaign, *, acting_user=None):
 
 @retry_while_database_away
 def do_finish_run(run, outcome):
-    """Store a finished run's results exactly once: a repeated call for the same attempt changes nothing."""
+    """Store a finished run's results exactly once: a repeated call for the same attempt changes nothing.
+
+    Every value goes through ``json_safe`` (no NaN or Infinity reaches the database). Should storing still
+    fail, the run fails saying why, in a transaction of its own; only a database that cannot be reached is
+    left to ``retry_while_database_away``."""
+    try:
+        return _store_result(run, outcome)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as error:
+        logger.exception("run %s: storing the result of attempt %s failed", run.pk, run.attempts)
+        return _fail_storing(run, outcome, error)
+
+
+def _store_result(run, outcome):
     with transaction.atomic():
         current = Run.objects.select_for_update().filter(pk=run.pk).first()
         if current is None or current.status != RunStatus.RUNNING or current.attempts != run.attempts:
@@ -310,17 +329,37 @@ def do_finish_run(run, outcome):
         current.output_truncated = outcome.output_truncated
         current.manifested = oracle.get("manifested")
         current.oracle_summary = oracle.get("summary", "")
-        current.oracle_evidence = oracle.get("evidence", {})
+        current.oracle_evidence = json_safe(oracle.get("evidence", {}))
         current.trigger_step = outcome.trigger_step
         current.trigger_time = outcome.trigger_time
-        current.step_records = outcome.steps
-        current.protocol_errors = outcome.protocol_errors
+        current.step_records = json_safe(outcome.steps)
+        current.protocol_errors = json_safe(outcome.protocol_errors)
         current.analysis_seconds = outcome.analysis_seconds
-        current.detector_summary = outcome.detector_summary
+        current.detector_summary = json_safe(outcome.detector_summary)
+        current.execution = json_safe(outcome.execution)
         current.save()
         current.alarms.all().delete()
-        Alarm.objects.bulk_create([Alarm(run=current, **alarm) for alarm in outcome.alarms])
+        Alarm.objects.bulk_create([Alarm(run=current, **json_safe(alarm)) for alarm in outcome.alarms])
     return True
+
+
+def _fail_storing(run, outcome, error):
+    """Fail a run whose result the database refused (``error``), keeping its exit code and time, and its
+    logs and how it ran unless they are what cannot be stored. False when the attempt is no longer running."""
+    failed = dict(status=RunStatus.FAILED, failure_reason=storing_failed(error), failure_kind=kind_of(storing_failed),
+                  exit_code=outcome.exit_code, wall_seconds=outcome.wall_seconds, finished_at=timezone.now())
+    logs = dict(stdout=outcome.stdout, stderr=outcome.stderr, output_truncated=outcome.output_truncated,
+                execution=json_safe(outcome.execution))
+    attempt = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts)
+    try:
+        with transaction.atomic():
+            return bool(attempt.update(**failed, **logs))
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception:
+        logger.exception("run %s: its logs cannot be stored either", run.pk)
+        with transaction.atomic():
+            return bool(attempt.update(**failed))
 
 
 def stale_running_runs(runs, now):
@@ -333,16 +372,35 @@ def stale_running_runs(runs, now):
 
 
 def do_requeue_stale_runs(now=None):
-    """The reaper: a run still 'running' long past its time limit lost its worker; queue it again."""
+    """The reaper: a run still 'running' long past its time limit lost its worker; queue it again (or give it
+    up, do_requeue_lost_runs). Returns LostRuns."""
     now = now or timezone.now()
-    requeued = []
-    for run in stale_running_runs(dispatched_runs(), now):
-        if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts).update(
-                status=RunStatus.QUEUED, started_at=None, worker=None):
-            requeued.append(run.pk)
-    if requeued:
-        transaction.on_commit(lambda: enqueue_runs(requeued))
-    return requeued
+    return do_requeue_lost_runs({run.pk: run.attempts for run in stale_running_runs(dispatched_runs(), now)}, now)
+
+
+LostRuns = namedtuple("LostRuns", "requeued given_up")  # run IDs
+
+
+def do_requeue_lost_runs(seen, now=None):
+    """Queue again, as new attempts, the runs of ``seen`` ({run ID: attempt}) still running that attempt:
+    whatever was executing them is gone. One lost on attempt MAX_ATTEMPTS or later fails as lost instead, and
+    its campaign completes if nothing else is left to run. Returns LostRuns."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        running = Run.objects.filter(pk__in=list(seen), status=RunStatus.RUNNING).select_for_update()
+        lost = [(run_id, attempts) for run_id, attempts in running.values_list("id", "attempts")
+                if attempts == seen[run_id]]
+        requeued = sorted(run_id for run_id, attempts in lost if attempts < MAX_ATTEMPTS)
+        given_up = sorted(run_id for run_id, attempts in lost if attempts >= MAX_ATTEMPTS)
+        Run.objects.filter(pk__in=requeued).update(status=RunStatus.QUEUED, started_at=None, worker=None)
+        Run.objects.filter(pk__in=given_up).update(
+            status=RunStatus.FAILED, failure_reason=lost_again(MAX_ATTEMPTS), failure_kind=kind_of(lost_again),
+            finished_at=now)
+        if requeued:
+            transaction.on_commit(lambda: enqueue_runs(requeued))
+    for campaign in Campaign.objects.filter(runs__in=given_up).distinct():
+        do_complete_campaign(campaign, acting_user=None)
+    return LostRuns(requeued, given_up)
 
 
 def do_give_up_stale_timed_runs(now=None):

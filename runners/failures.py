@@ -36,6 +36,17 @@ def internal_error(error):
     return f"Internal error before the reproducer ran: {error}"
 
 
+def storing_failed(error):
+    """The run finished but the database refused its result (runners.actions.do_finish_run)."""
+    detail = (str(error).strip().splitlines() or [""])[0][:500]
+    return f"Storing the result failed: {type(error).__name__}: {detail}"
+
+
+def too_many_records(what, seen, cap):
+    """The report held more records of one kind (``what``: step, alarm, compare) than a run keeps."""
+    return f"Too many {what} records: {seen} written, at most {cap} are kept per run."
+
+
 def cancelled_before_start(who):
     return f"Cancelled by {who} before it started."
 
@@ -45,6 +56,12 @@ def timer_interrupted():
     return "Lost: the overhead measurement that was running it stopped before it finished (interrupted)."
 
 
+def lost_again(max_attempts):
+    """A broker run whose executor went away on its last allowed attempt (runners.actions.MAX_ATTEMPTS)."""
+    return (f"Lost again: its worker stopped while running it (the worker died, or the run took it down); "
+            f"a run lost after {max_attempts} attempts is not retried again.")
+
+
 REASON_BUILDERS = {
     RunFailureKind.TIME_LIMIT: (sandbox.time_limit_exceeded,),
     RunFailureKind.MEMORY: (sandbox.out_of_memory,),
@@ -52,17 +69,17 @@ REASON_BUILDERS = {
     RunFailureKind.PROCESS_LIMIT: (sandbox.process_limit_exceeded, sandbox.process_limit_reached),
     RunFailureKind.SANDBOX_REFUSAL: (sandbox.write_refused,),
     RunFailureKind.CRASH: (sandbox.crashed,),
-    RunFailureKind.PROTOCOL: (no_oracle_report,),
+    RunFailureKind.PROTOCOL: (no_oracle_report, too_many_records),
     RunFailureKind.FIT_FAILED: (fit_failed,),
     RunFailureKind.UNAPPROVED: (unapproved,),
-    RunFailureKind.INTERNAL: (internal_error, offline_check_failed),
+    RunFailureKind.INTERNAL: (internal_error, offline_check_failed, storing_failed),
     # The reconciler fails runs no live worker consumes the queue of; a worker refuses a run whose GPUs
     # its host does not have (routed to the wrong worker).
     RunFailureKind.UNSERVABLE: (unservable_reason, wrong_worker_reason),
     RunFailureKind.CANCELLED: (cancelled_before_start,),
-    # A broker run whose worker vanished is queued again, never given up; an overhead run is given up when the
-    # process timing it stops (evaluation.overhead).
-    RunFailureKind.LOST: (timer_interrupted,),
+    # A broker run whose worker vanished is queued again, and given up once lost on its last allowed attempt; an
+    # overhead run is given up when the process timing it stops (evaluation.overhead).
+    RunFailureKind.LOST: (timer_interrupted, lost_again),
 }
 KIND_OF_BUILDER = {builder: kind for kind, builders in REASON_BUILDERS.items() for builder in builders}
 

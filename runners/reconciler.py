@@ -3,8 +3,9 @@ repairs every difference, and repeating it is harmless (a run is claimed only wh
 extra message for it does nothing):
 
 - runs ``running`` on a worker whose heartbeat stopped are queued again (a new attempt), and the
-  time-limit reaper catches any left (``do_requeue_stale_runs``); an overhead run, which its command
-  times in-process and nobody queues again, fails as lost past its allowance (``do_give_up_stale_timed_runs``);
+  time-limit reaper catches any left (``do_requeue_stale_runs``); a run lost on its second attempt fails as
+  lost instead (``runners.actions.MAX_ATTEMPTS``); an overhead run, which its command times in-process
+  and nobody queues again, fails as lost past its allowance (``do_give_up_stale_timed_runs``);
 - runs ``queued`` for a while with no message in the broker (Redis lost it) are enqueued again;
 - runs nobody can serve are failed with the reason (``do_flag_unservable_runs``);
 - campaigns whose runs all finished but were never marked complete are completed.
@@ -18,17 +19,17 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from .actions import (
     do_complete_campaign,
     do_flag_unservable_runs,
     do_give_up_stale_timed_runs,
+    do_requeue_lost_runs,
     do_requeue_stale_runs,
     enqueue_runs,
 )
-from .models import Campaign, Run, RunStatus
+from .models import Campaign, RunStatus
 from .selectors import dispatched_runs
 from .tasks import execute_run
 
@@ -39,9 +40,11 @@ TASK_NAME = "runners.tasks.execute_run"
 def reconcile(now=None):
     """One pass; returns {what was repaired: [IDs]} for the log."""
     now = now or timezone.now()
+    silent, stale = do_requeue_runs_of_silent_workers(now), do_requeue_stale_runs(now)
     repaired = {
-        "requeued_from_silent_workers": do_requeue_runs_of_silent_workers(now),
-        "requeued_past_time_limit": do_requeue_stale_runs(now),
+        "requeued_from_silent_workers": silent.requeued,
+        "requeued_past_time_limit": stale.requeued,
+        "lost_runs_given_up": silent.given_up + stale.given_up,
         "overhead_runs_given_up": do_give_up_stale_timed_runs(now),
         "reenqueued_lost_messages": do_reenqueue_lost_runs(now),
         "failed_unservable": do_flag_unservable_runs(now),
@@ -55,31 +58,27 @@ def reconcile(now=None):
 
 def do_requeue_runs_of_silent_workers(now=None):
     """Queue again, as new attempts, the runs ``running`` on a worker not heard from for
-    SILENTBENCH_WORKER_STALE_SECONDS (killed, or its host gone). A late result of the old attempt is
-    ignored (do_finish_run checks the attempt)."""
+    SILENTBENCH_WORKER_STALE_SECONDS (killed, or its host gone), or give them up (do_requeue_lost_runs). A
+    late result of the old attempt is ignored (do_finish_run checks the attempt). Returns LostRuns."""
     now = now or timezone.now()
     silent_since = now - timedelta(seconds=settings.SILENTBENCH_WORKER_STALE_SECONDS)
-    return _requeue_running(dispatched_runs().filter(worker__last_seen__lt=silent_since))
+    return _requeue_running(dispatched_runs().filter(worker__last_seen__lt=silent_since), now)
 
 
 def do_requeue_runs_of_restarted_worker(name):
     """As worker ``name`` starts: the runs still ``running`` under its name were cut short by its
-    previous life (killed, or its host rebooted); queue them again as new attempts."""
-    run_ids = _requeue_running(dispatched_runs().filter(worker__hostname=name))
-    if run_ids:
-        logger.warning("requeued %d run(s) that %s was running before it restarted: %s", len(run_ids), name, run_ids)
-    return run_ids
+    previous life (killed, or its host rebooted); queue them again as new attempts, or give them up
+    (do_requeue_lost_runs). Returns LostRuns."""
+    lost = _requeue_running(dispatched_runs().filter(worker__hostname=name))
+    if lost.requeued or lost.given_up:
+        logger.warning("runs that %s was running before it restarted: requeued %s, given up %s", name,
+                       lost.requeued, lost.given_up)
+    return lost
 
 
-def _requeue_running(runs):
-    with transaction.atomic():
-        run_ids = list(runs.filter(status=RunStatus.RUNNING).select_for_update(of=("self",))
-                       .values_list("id", flat=True))
-        Run.objects.filter(pk__in=run_ids, status=RunStatus.RUNNING).update(
-            status=RunStatus.QUEUED, started_at=None, worker=None)
-        if run_ids:
-            transaction.on_commit(lambda: enqueue_runs(run_ids))
-    return run_ids
+def _requeue_running(runs, now=None):
+    """Queue again (or give up) the runs among ``runs`` that are running now."""
+    return do_requeue_lost_runs(dict(runs.filter(status=RunStatus.RUNNING).values_list("id", "attempts")), now)
 
 
 def do_reenqueue_lost_runs(now=None):

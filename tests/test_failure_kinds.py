@@ -164,7 +164,9 @@ def every_sentence():
         (routing.unservable_reason, ("gpu2", [], 10)), (routing.wrong_worker_reason, (Needs(1), [])),
         (failures.cancelled_before_start, ("the system",)), (failures.timer_interrupted, ()),
     ]
-    assert {builder for builder, _ in samples} == set(failures.KIND_OF_BUILDER)  # none forgotten
+    # Sentences first written after kinds existed: every run stored with one has its kind, the migration never saw it.
+    written_with_a_kind = {failures.storing_failed, failures.too_many_records, failures.lost_again}
+    assert {builder for builder, _ in samples} | written_with_a_kind == set(failures.KIND_OF_BUILDER)  # none forgotten
     return [(RunStatus.CANCELLED if builder is failures.cancelled_before_start else RunStatus.FAILED, builder,
              builder(*arguments)) for builder, arguments in samples]
 

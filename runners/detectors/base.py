@@ -1,4 +1,5 @@
 """What a detector plugin is, and the probe that runs it inside a reproducer process."""
+import hmac
 import json
 import os
 import time
@@ -6,6 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 registered_plugins = {}
+ALARM_KEY_ENV = "SILENTBENCH_ALARM_KEY"  # the run's alarm key (hex), for the probe of an instrumented run
+
+
+def alarm_mac(key, record):
+    """The signature of an alarm ``record`` (without its "mac"): HMAC-SHA256 under ``key`` (hex) of its
+    canonical JSON, as hex."""
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True).encode()
+    return hmac.new(bytes.fromhex(key), canonical, "sha256").hexdigest()
 
 
 def register(cls):
@@ -83,15 +92,17 @@ class Probe:
     """The in-process side of a run: the step counter, alarm reporting and optimizer hooks.
 
     Step ``i`` is the ``i``-th training iteration, ending with the ``i``-th optimizer step
-    (0-based), as the reproducer protocol defines.
+    (0-based), as the reproducer protocol defines. Alarms are signed with the run's ``alarm_key``: the
+    worker refuses alarm records without a valid signature (runners.report).
     """
 
     max_alarms = 200
 
-    def __init__(self, detector_name, config, report_path):
+    def __init__(self, detector_name, config, report_path, alarm_key=None):
         self.detector_name = detector_name
         self.config = config
         self.report_path = report_path
+        self._alarm_key = alarm_key
         self.step = 0
         self.alarms_sent = 0
         self._step_counts = {}
@@ -112,7 +123,7 @@ class Probe:
         if self.alarms_sent >= self.max_alarms:
             return
         self.alarms_sent += 1
-        record = {
+        record = json.loads(json.dumps({  # as the report file will hold it: what the worker checks
             "event": "alarm",
             "detector": self.detector_name,
             "step": self.step if step is None else step,
@@ -121,8 +132,10 @@ class Probe:
             "message": message,
             "evidence": evidence or {},
             "time": time.time(),
-        }
-        line = json.dumps(record, default=str) + "\n"
+        }, default=str))
+        if self._alarm_key:
+            record["mac"] = alarm_mac(self._alarm_key, record)
+        line = json.dumps(record) + "\n"
         if self.report_path:
             with open(self.report_path, "a", encoding="utf-8") as report:
                 report.write(line)
@@ -154,15 +167,26 @@ class Probe:
         self.step = max(self.step, count)
 
 
-def start_probe():
-    """Entry point of the sandbox's ``sitecustomize``: install the detector named in the environment."""
+def start_probe(alarm_key=None):
+    """Entry point of the sandbox's ``sitecustomize``: install the detector named in the environment.
+
+    Its alarms are signed with ``alarm_key`` when the caller holds the run's key in memory (a warm-started
+    process), else with SILENTBENCH_ALARM_KEY, which is taken out of ``os.environ``. The key goes back into
+    the C environment only, for the processes this one starts: ranks launched with
+    ``torch.multiprocessing.spawn`` are new interpreters that run this again. What a reproducer can still
+    do with it: docs/reproducer-protocol.md.
+    """
     from . import get_plugin
 
+    inherited = os.environ.pop(ALARM_KEY_ENV, None)
+    alarm_key = alarm_key or inherited
     plugin = get_plugin(os.environ["SILENTBENCH_DETECTOR"])
     if not plugin.instruments:
         return None
+    if alarm_key:
+        os.putenv(ALARM_KEY_ENV, alarm_key)  # the C environment only: os.environ does not show it
     config = json.loads(os.environ.get("SILENTBENCH_DETECTOR_CONFIG") or "{}")
-    probe = Probe(plugin.name, plugin.config(config), os.environ.get("SILENTBENCH_REPORT"))
+    probe = Probe(plugin.name, plugin.config(config), os.environ.get("SILENTBENCH_REPORT"), alarm_key)
     probe.on_optimizer_step()  # count steps even for detectors that never look at the optimizer
     plugin.install(probe)
     return probe
