@@ -145,7 +145,7 @@ def execute(run, devices=()):
     settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
     analysis_error, analysis_seconds, offline_alarms = "", None, []
-    alarm_key = secrets.token_hex(16)
+    alarm_key = secrets.token_hex(16) if plugin.instruments else ""  # no probe, no alarm from inside
     try:
         (workdir / "tmp").mkdir()
         report_path = workdir / ".silentbench-report.jsonl"
@@ -164,8 +164,8 @@ def execute(run, devices=()):
         if not cold_reason:
             env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory
         result = run_sandboxed(command, workdir, env, limits, warm=not cold_reason, report_path=report_path,
-                               alarm_key=alarm_key, devices=device_nodes(devices))
-        report = parse_report(result.report_text, alarm_key=alarm_key)
+                               alarm_key="" if cold_reason else alarm_key, devices=device_nodes(devices))
+        report = parse_report(result.report_text, alarm_key=alarm_key or None)
         failure = result.failure(limits)
         if failure is None:
             started = time.monotonic()

@@ -176,8 +176,8 @@ class RunFailureKind(models.TextChoices):
     INTERNAL = "internal", "Internal error"
     UNSERVABLE = "unservable", "No worker can serve it"
     CANCELLED = "cancelled", "Cancelled"
-    # A run given up because what was executing it went away. A broker run whose worker vanished is queued
-    # again as a new attempt instead; an overhead run is lost when the command timing it stops.
+    # A run given up because what was executing it went away: a broker run lost after its last allowed attempt
+    # (runners.actions.MAX_ATTEMPTS; before that it is queued again), an overhead run whose timing command stopped.
     LOST = "lost", "Lost"
 
 

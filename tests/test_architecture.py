@@ -273,28 +273,26 @@ def test_a_stale_overhead_run_is_given_up_by_the_reconciler(versions):
 
 @pytest.mark.integration
 def test_an_interrupted_caller_takes_the_sandboxed_program_with_it(tmp_path):
-    """Ctrl-C (or SIGTERM turned into SystemExit) while the sandbox waits: the program's whole group dies."""
+    """Ctrl-C (or SIGTERM turned into SystemExit) while the sandbox waits: every process of the run dies."""
     import os
     import signal
     import sys
     import threading
     import time
+    import uuid
 
     from runners.sandbox import Limits, run_sandboxed
 
-    pid_file = tmp_path / "pid"
-    program = tmp_path / "sleeper.py"
-    program.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+    from .helpers import processes_naming
+
+    token = f"sleeper-{uuid.uuid4().hex}"
     threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     with pytest.raises(KeyboardInterrupt):
-        run_sandboxed([sys.executable, str(program)], tmp_path, {"PATH": "/usr/bin:/bin"},
-                      Limits(time_limit_seconds=60, memory_mb=512))
-    pid = int(pid_file.read_text())
+        run_sandboxed([sys.executable, "-c", "import time; time.sleep(120)", token], tmp_path,
+                      {"PATH": "/usr/bin:/bin"}, Limits(time_limit_seconds=60, memory_mb=1024))
     for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not processes_naming(token):
             break
         time.sleep(0.1)
     else:
-        pytest.fail(f"the sandboxed program {pid} outlived its interrupted caller")
+        pytest.fail(f"the sandboxed program {processes_naming(token)} outlived its interrupted caller")

@@ -26,7 +26,7 @@ class NanInfDetector(DetectorPlugin):
                     value = float(tensor.detach())
                     if not math.isfinite(value):
                         probe.alarm("loss_nonfinite", f"backward() called on a non-finite loss ({value})",
-                                    {"loss": str(value)})
+                                    {"loss": value})  # stored as "NaN" / "Infinity" (runners.report.json_safe)
                 return original_backward(tensor, *args, **kwargs)
 
             torch.Tensor.backward = checked_backward
