@@ -37,6 +37,7 @@ from fcntl import ioctl
 from pathlib import Path
 
 INSIDE_UID = INSIDE_GID = 1000
+MAX_FILES = 65536  # files and folders a run may make (its tmpfs's inodes), so copying them out stays quick
 HOSTNAME = "sandbox"
 DEVICES = ("null", "zero", "full", "random", "urandom")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives",
@@ -332,7 +333,8 @@ def _build_root(spec, workdir_fd):
     # One tmpfs holds the run directory, /tmp and /dev/shm: its size is their total.
     writable = root / ".writable"
     writable.mkdir()
-    _mount("tmpfs", writable, "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec.disk_mb}m,mode=0755")
+    _mount("tmpfs", writable, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={spec.disk_mb}m,nr_inodes={MAX_FILES},mode=0755")
     for name, mode in (("home", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
         (writable / name).mkdir()
         os.chmod(writable / name, mode)
@@ -416,6 +418,7 @@ def _copy_tree_in(source_fd, target):
         elif entry.is_file():
             with _open_regular(entry.name, source_fd) as reader, open(target / entry.name, "wb") as writer:
                 _copy(reader, writer)
+                os.fchmod(writer.fileno(), os.fstat(reader.fileno()).st_mode & 0o755)
 
 
 def _copy_tree_out(source, target_fd, budget):
