@@ -306,6 +306,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        # kombu reads the queue folder once a second by default: with warm runs under a second, that was the
+        # slowest step of a local campaign (docs/performance.md)
+        "polling_interval": 0.1,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from fcntl import ioctl
 from pathlib import Path
 
+from .sandbox import landlock_writes_only_under  # imported now: after pivot_root this package is out of view
+
 INSIDE_UID = INSIDE_GID = 1000
 MAX_FILES = 65536  # files and folders a run may make (its tmpfs's inodes), so copying them out stays quick
 HOSTNAME = "sandbox"
@@ -268,8 +270,6 @@ class _CapData(ctypes.Structure):
 
 def _drop_privileges(home):
     """No capability left in any set, none to regain (bounding set, ambient), no_new_privs, Landlock."""
-    from .sandbox import landlock_writes_only_under
-
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
         _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
@@ -320,6 +320,16 @@ def _build_root(spec, workdir_fd):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     root = Path(spec.root_mountpoint)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+    # One tmpfs holds the run directory, /tmp and /dev/shm: its size is their total. /tmp comes first, so
+    # that what lies under the host's /tmp (a test's interpreter or run directory) is bound over it.
+    writable = root / ".writable"
+    writable.mkdir()
+    _mount("tmpfs", writable, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={spec.disk_mb}m,nr_inodes={MAX_FILES},mode=0755")
+    for name, mode in (("home", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
+        (writable / name).mkdir()
+        os.chmod(writable / name, mode)
+    _bind(writable / "tmp", root / "tmp", read_only=False)
     for name in SYSTEM_DIRS:
         host = Path("/", name)
         if host.is_symlink():
@@ -330,22 +340,13 @@ def _build_root(spec, workdir_fd):
     for path in spec.read_only:
         if os.path.exists(path):
             _bind(path, root / path.lstrip("/"))
-    # One tmpfs holds the run directory, /tmp and /dev/shm: its size is their total.
-    writable = root / ".writable"
-    writable.mkdir()
-    _mount("tmpfs", writable, "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={spec.disk_mb}m,nr_inodes={MAX_FILES},mode=0755")
-    for name, mode in (("home", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
-        (writable / name).mkdir()
-        os.chmod(writable / name, mode)
     _copy_tree_in(workdir_fd, writable / "home")
+    if spec.report_fifo:  # a mount point: the program can write to it, not remove or replace it
+        (writable / "home" / Path(spec.report_path).relative_to(spec.workdir)).touch()
     for directory, _, files in os.walk(writable):  # the set-up may run as root: hand it all to the program
         for path in [directory, *(os.path.join(directory, name) for name in files)]:
             os.lchown(path, INSIDE_UID, INSIDE_GID)
     _dev(root, spec.devices, writable / "shm")
-    if spec.report_fifo:  # a mount point: the program can write to it, not remove or replace it
-        (writable / "home" / Path(spec.report_path).relative_to(spec.workdir)).touch()
-    _bind(writable / "tmp", root / "tmp", read_only=False)  # first: the run directory may lie under /tmp
     _bind(writable / "home", root / spec.workdir.lstrip("/"), read_only=False)
     _check(_libc.umount2(os.fsencode(writable), MNT_DETACH), "umount the staging tmpfs")
     writable.rmdir()

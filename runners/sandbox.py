@@ -8,8 +8,8 @@ output, its total memory, the oracle record on its report FIFO. Where this kerne
 offers no user namespaces, ``run_sandboxed`` refuses to run it, unless the operator opted in
 (``Limits.allow_unisolated``): then the older confinement below applies, and the run says so.
 
-The older confinement (no namespaces), from the outside in: its own session and process group (killed as a whole); rlimits
-for memory, file size, core dumps and processes; death with the process that started it
+The older confinement (no namespaces), from the outside in: its own session and process group
+(killed as a whole); rlimits for memory, file size, core dumps and processes; death with the process that started it
 (``PR_SET_PDEATHSIG``), so a worker killed with -9 leaves no reproducer behind; an unprivileged
 user when the worker is root (``Limits.user``); and a Landlock ruleset, which needs no privilege
 (it works as uid 1000 in Docker, whose default seccomp profile allows it): the program may write
@@ -601,9 +601,11 @@ def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices,
     fifo = None
     account = pwd.getpwnam(limits.user) if os.geteuid() == 0 and limits.user else None
     spec = SandboxSpec(
-        workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env), warm=warm,
+        workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env),
+        warm=warm,
         memory_mb=limits.memory_mb, file_size_mb=limits.file_size_mb, max_processes=limits.max_processes,
-        disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb, read_only=interpreter_paths(), devices=list(devices),
+        disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb, read_only=interpreter_paths(),
+        devices=list(devices),
         alarm_key=alarm_key, host_uid=account.pw_uid if account else None,
         host_gid=account.pw_gid if account else None,
     )
