@@ -320,7 +320,7 @@ def _store_result(run, outcome):
             return False
         oracle = outcome.oracle or {}
         current.status = RunStatus.SUCCEEDED if outcome.succeeded else RunStatus.FAILED
-        current.failure_reason = outcome.failure_reason
+        current.failure_reason = json_safe(outcome.failure_reason)
         current.failure_kind = outcome.failure_kind
         current.exit_code = outcome.exit_code
         current.wall_seconds = outcome.wall_seconds
@@ -328,7 +328,7 @@ def _store_result(run, outcome):
         current.stdout, current.stderr = outcome.stdout, outcome.stderr
         current.output_truncated = outcome.output_truncated
         current.manifested = oracle.get("manifested")
-        current.oracle_summary = oracle.get("summary", "")
+        current.oracle_summary = json_safe(oracle.get("summary", ""))
         current.oracle_evidence = json_safe(oracle.get("evidence", {}))
         current.trigger_step = outcome.trigger_step
         current.trigger_time = outcome.trigger_time

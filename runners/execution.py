@@ -94,10 +94,12 @@ def declared_environment(version):
     return {str(name): str(value) for name, value in declared.items() if not RESERVED_ENV.match(str(name))}
 
 
-def cold_start_reason(plugin, argv, command, declared):
+def cold_start_reason(plugin, argv, command, declared, devices=()):
     """Why a run cannot start warm (forked from the zygote), or '' when it can."""
     if not settings.SILENTBENCH_WARM_START:
         return "warm starts are turned off on this worker (SILENTBENCH_WARM_START=false)"
+    if devices:
+        return "it holds GPUs: CUDA does not survive a fork, and its ranks must start anew"
     if command != argv:
         return f"the detector {plugin.name} runs the reproducer through its own command"
     if declared:
@@ -160,7 +162,7 @@ def execute(run, devices=()):
         argv = [sys.executable, version.entrypoint, "--variant", run.variant,
                 "--seed", str(run.seed), "--steps", str(run.steps)]
         command = plugin.command(argv, context)
-        cold_reason = cold_start_reason(plugin, argv, command, declared)
+        cold_reason = cold_start_reason(plugin, argv, command, declared, devices)
         if not cold_reason:
             env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory
         result = run_sandboxed(command, workdir, env, limits, warm=not cold_reason, report_path=report_path,
@@ -186,6 +188,8 @@ def execute(run, devices=()):
         kind, reason = RunFailureKind.PROTOCOL, report.over_cap
     elif report.oracle is None:
         kind, reason = RunFailureKind.PROTOCOL, no_oracle_report()
+    if not cold_reason and not result.started_warm:
+        cold_reason = "this worker cannot seal runs in namespaces, and warm starts need them"
     execution = {
         "start": "cold" if cold_reason else "warm",
         "cold_reason": cold_reason,

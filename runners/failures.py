@@ -67,7 +67,7 @@ REASON_BUILDERS = {
     RunFailureKind.MEMORY: (sandbox.out_of_memory,),
     RunFailureKind.OUTPUT_FLOOD: (sandbox.output_flood,),
     RunFailureKind.PROCESS_LIMIT: (sandbox.process_limit_exceeded, sandbox.process_limit_reached),
-    RunFailureKind.SANDBOX_REFUSAL: (sandbox.write_refused,),
+    RunFailureKind.SANDBOX_REFUSAL: (sandbox.write_refused, sandbox.isolation_refused),
     RunFailureKind.CRASH: (sandbox.crashed,),
     RunFailureKind.PROTOCOL: (no_oracle_report, too_many_records),
     RunFailureKind.FIT_FAILED: (fit_failed,),

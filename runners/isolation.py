@@ -40,6 +40,7 @@ from .sandbox import landlock_writes_only_under  # imported now: after pivot_roo
 
 INSIDE_UID = INSIDE_GID = 1000
 MAX_FILES = 65536  # files and folders a run may make (its tmpfs's inodes), so copying them out stays quick
+MAX_COPY_DEPTH = 64  # folders deeper than this in a run directory are not copied out
 HOSTNAME = "sandbox"
 DEVICES = ("null", "zero", "full", "random", "urandom")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives",
@@ -55,8 +56,9 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 ST_FLAGS_TO_MS = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC}
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
-_SYS_MOUNT_SETATTR, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, 0x8000, 1
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT = 1, 4, 24, 47
+_SYS_MOUNT_SETATTR, _AT_RECURSIVE = 442, 0x8000
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 1, 2, 4
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -189,9 +191,10 @@ def launch(spec, report):
             _init(spec, workdir_fd, status_write)
         os.close(status_write)
         pidfd = os.pidfd_open(pid)  # the worker signals the init through it: no PID reuse can misdirect a kill
-        report({"pid": pid}, [pidfd])
+        report({"pid": pid, "pid_namespace": os.readlink("/proc/self/ns/pid_for_children")}, [pidfd])
         os.close(pidfd)
         os.waitpid(pid, 0)  # returns once every process of the run's PID namespace is gone
+        report({"ended": True})  # the copy-out below is not the program's time
         with os.fdopen(status_read, "rb") as status:
             told = status.read()
         exit_status = json.loads(told)["exit"] if told else -signal.SIGKILL  # no word: the init was killed
@@ -206,11 +209,19 @@ def _init(spec, workdir_fd, status_write):
     """PID 1 of the run. Never returns."""
     code = 127
     try:
+        for number in signal.valid_signals():  # a namespace's init ignores what has no handler (Python's SIGINT has)
+            if number not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(number, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         _build_root(spec, workdir_fd)
         os.close(workdir_fd)
         _libc.sethostname(HOSTNAME.encode(), len(HOSTNAME))
         _loopback_up()
+        # No user namespace below this one: in a new one the program would hold every capability again.
+        Path("/proc/sys/user/max_user_namespaces").write_text("0")
         _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program cannot trace or read its init
         program = os.fork()
         if program == 0:
@@ -221,7 +232,7 @@ def _init(spec, workdir_fd, status_write):
             if pid == program:
                 code = os.waitstatus_to_exitcode(status)
                 break
-    except Exception as error:  # noqa: BLE001
+    except BaseException as error:  # noqa: BLE001
         os.write(2, f"SilentBench sandbox: {error}\n".encode())
         code = 126
     os.write(status_write, json.dumps({"exit": code}).encode())
@@ -232,7 +243,7 @@ def _program(spec):
     """The sealed program: limits, no privileges, then exec (cold) or the script as __main__ (warm)."""
     try:
         os.setsid()
-        os.closerange(3, 65536)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
         _set_limits(spec)
         _drop_privileges(spec.workdir)
@@ -276,9 +287,12 @@ def _drop_privileges(home):
     _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     os.setresgid(INSIDE_GID, INSIDE_GID, INSIDE_GID)
     os.setresuid(INSIDE_UID, INSIDE_UID, INSIDE_UID)  # clears the effective and permitted capabilities
-    landlock_writes_only_under([home, "/tmp", "/dev"])  # sets no_new_privs
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    landlock_writes_only_under([home, "/tmp", "/dev"])
     header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), data), "capset")
+    # Readable by its worker (process count, memory), as an exec would make it; its init stays closed.
+    _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
 # --- The mount view -------------------------------------------------------------------------------
@@ -289,19 +303,20 @@ def _mount(source, target, fstype, flags, data=None):
     _check(result, f"mount {source or fstype} on {target}")
 
 
-def _read_only(target):
-    """Make the mount at ``target`` and every mount below it read-only."""
+def _read_only(target, devices=False):
+    """Make the mount at ``target`` and every mount below it read-only and nosuid (and nodev, unless it holds
+    ``devices``)."""
     class MountAttr(ctypes.Structure):
         _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
                     ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
-    attr = MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
+    attr = MountAttr(attr_set=_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | (0 if devices else _MOUNT_ATTR_NODEV))
     if _libc.syscall(_SYS_MOUNT_SETATTR, -100, os.fsencode(target), _AT_RECURSIVE, ctypes.byref(attr),
                      ctypes.c_size_t(ctypes.sizeof(attr))) == 0:
         return
     # Before Linux 5.12: remount the top mount, keeping the flags the user namespace may not clear.
     locked = sum(ms for st, ms in ST_FLAGS_TO_MS.items() if os.statvfs(target).f_flag & st)
-    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (0 if devices else MS_NODEV) | locked)
 
 
 def _bind(source, target, read_only=True):
@@ -391,7 +406,7 @@ def _dev(root, devices, shm):
                          ("stderr", "/proc/self/fd/2")):
         (dev / name).symlink_to(target)
     (dev / "shm").mkdir()
-    _read_only(dev)  # device nodes stay usable on a read-only mount; nothing new can be made there
+    _read_only(dev, devices=True)  # device nodes stay usable on a read-only mount; nothing new can be made there
     _bind(shm, dev / "shm", read_only=False)
 
 
@@ -424,45 +439,55 @@ def _copy_tree_in(source_fd, target):
 
 def _copy_tree_out(source, target_fd, budget):
     """After the run (every process of it is gone): regular files and directories of ``source`` back
-    into the host run directory, at most ``budget`` bytes; links, FIFOs and the like are left behind.
-    Returns a note when something was left out."""
+    into the host run directory, at most ``budget`` bytes; links, FIFOs and the like are left behind, and
+    so is whatever cannot be copied (a name the host has as a folder, a tree too deep). Returns a note
+    when something was left out."""
     skipped = []
 
-    def copy(directory, directory_fd):
+    def copy(directory, directory_fd, depth):
         nonlocal budget
         for entry in os.scandir(directory):
-            if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
-                continue
-            if entry.is_dir():
+            try:
+                if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+                    continue
+                if entry.is_dir():
+                    if depth >= MAX_COPY_DEPTH:
+                        skipped.append(entry.path)
+                        continue
+                    try:
+                        os.mkdir(entry.name, dir_fd=directory_fd)
+                    except FileExistsError:
+                        pass
+                    child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory_fd)
+                    try:
+                        copy(entry.path, child, depth + 1)
+                    finally:
+                        os.close(child)
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+                if size > budget:
+                    skipped.append(entry.path)
+                    continue
+                budget -= size
                 try:
-                    os.mkdir(entry.name, dir_fd=directory_fd)
-                except FileExistsError:
-                    pass
-                child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory_fd)
-                try:
-                    copy(entry.path, child)
-                finally:
-                    os.close(child)
-                continue
-            size = entry.stat(follow_symlinks=False).st_size
-            if size > budget:
+                    reader = _open_regular(entry.path)
+                except OSError:  # not a regular file after all (a FIFO mounted over one: the report)
+                    continue
+                with reader:
+                    try:
+                        os.unlink(entry.name, dir_fd=directory_fd)
+                    except FileNotFoundError:
+                        pass
+                    fd = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                                 dir_fd=directory_fd)
+                    with os.fdopen(fd, "wb") as writer:
+                        _copy(reader, writer)
+            except OSError:
                 skipped.append(entry.path)
-                continue
-            budget -= size
-            try:
-                os.unlink(entry.name, dir_fd=directory_fd)
-            except FileNotFoundError:
-                pass
-            try:
-                reader = _open_regular(entry.path)
-            except OSError:  # not a regular file after all (a FIFO mounted over one: the report)
-                continue
-            fd = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory_fd)
-            with reader, os.fdopen(fd, "wb") as writer:
-                _copy(reader, writer)
 
-    copy(source, target_fd)
-    return f"{len(skipped)} file(s) not copied out of the run directory (over the size budget)" if skipped else ""
+    copy(source, target_fd, 0)
+    return f"{len(skipped)} file(s) not copied out of the run directory (over the size budget, or not copyable)" \
+        if skipped else ""
 
 
 def _open_regular(path, dir_fd=None):

@@ -70,7 +70,8 @@ def json_safe(value):
         return {json_safe(str(key)): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
-    return str(value).replace("\x00", "\ufffd")
+    # lone surrogates (which no database encodes) and NUL become U+FFFD
+    return str(value).encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
 
 
 def _number(value):

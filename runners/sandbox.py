@@ -86,11 +86,14 @@ class CapturedStream:
         return self.total > len(self.head) + len(self.tail)
 
     def text(self):
+        """What was kept, as text a database stores (NUL, which PostgreSQL refuses, becomes U+FFFD)."""
         head = self.head.decode("utf-8", "replace")
         if not self.truncated:
-            return head + self.tail.decode("utf-8", "replace")
-        skipped = self.total - len(self.head) - len(self.tail)
-        return f"{head}\n[... {skipped} bytes not kept ...]\n{self.tail.decode('utf-8', 'replace')}"
+            text = head + self.tail.decode("utf-8", "replace")
+        else:
+            skipped = self.total - len(self.head) - len(self.tail)
+            text = f"{head}\n[... {skipped} bytes not kept ...]\n{self.tail.decode('utf-8', 'replace')}"
+        return text.replace("\x00", "\ufffd")
 
 
 # --- Why a program failed: one sentence builder per cause. ``SandboxResult.failure`` picks one and
@@ -177,6 +180,7 @@ class SandboxResult:
     report_text: str = ""  # what the program wrote to its report (``report_path``), capped
     ended_after_oracle: bool = False  # killed a grace period after its oracle record: judged from its records
     layers: list = field(default_factory=list)  # the isolation layers that were active
+    started_warm: bool = False  # forked from the zygote (else the command was exec'd)
     notes: list = field(default_factory=list)  # for the run page: how it was started, ended, confined
 
     @property
@@ -443,7 +447,10 @@ def run_sandboxed(argv, workdir, env, limits, *, warm=False, report_path=None, a
     if not limits.allow_unisolated:
         return SandboxResult(exit_code=None, wall_seconds=0.0, stdout="", stderr="", output_truncated=False,
                              refused=reason)
+    if alarm_key:  # no warm start without namespaces: a cold probe takes the key from its environment
+        env = {**env, "SILENTBENCH_ALARM_KEY": alarm_key}
     result = _run_unisolated(argv, workdir, env, limits)
+    result.started_warm = False
     result.layers = ["landlock"] if landlock_abi() else []
     result.notes.append("Not sealed in namespaces (this worker's operator allowed it): " + layers["error"])
     if report_path is not None and Path(report_path).exists():
@@ -588,6 +595,8 @@ def _is_oracle(line):
 
 
 MEMORY_CHECK_EVERY = 5  # ticks of GROUP_CHECK_SECONDS: reading every process's PSS costs more than a count
+REPORT_FLOOD_FACTOR = 4  # a report this many times its cap is a flood: the run is killed
+KILLED_RUN_GRACE_SECONDS = 60  # how long a killed run may take to report its end (its copy-out included)
 
 
 def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices, layers):
@@ -610,36 +619,44 @@ def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices,
         host_gid=account.pw_gid if account else None,
     )
     report = None
-    if report_path is not None:
-        fifo = Path(tempfile.mkdtemp(prefix=f"{workdir.name}-report-", dir=workdir.parent)) / "report"
-        os.mkfifo(fifo, 0o600)
-        if account:
-            os.chown(fifo, account.pw_uid, account.pw_gid)
-        spec.report_fifo, spec.report_path = str(fifo), str(report_path)
-        report = _ReportReader(fifo, limits.report_cap_bytes)
-        report.start()
-    stdout_read, stdout_write = os.pipe()
-    stderr_read, stderr_write = os.pipe()
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    started = time.monotonic()
+    stdout_read = stdout_write = stderr_read = stderr_write = None
+    mine = theirs = run = None
+    streams, readers = {}, []
+    timed_out = memory_exceeded = ended_after_oracle = forked_too_much = report_flood = False
     try:
-        ZygoteClient.shared().launch(spec, [theirs.fileno(), stdout_write, stderr_write])
-    finally:
-        for fd in (theirs.detach(), stdout_write, stderr_write):
-            os.close(fd)
-    run = _SealedRun(mine)
-    streams, flooded, readers = _capture(os.fdopen(stdout_read, "rb"), os.fdopen(stderr_read, "rb"), limits,
-                                         run.kill)
-    deadline = started + limits.time_limit_seconds
-    timed_out = memory_exceeded = ended_after_oracle = forked_too_much = False
-    ticks = 0
-    try:
+        if report_path is not None:
+            fifo = Path(tempfile.mkdtemp(prefix=f"{workdir.name}-report-", dir=workdir.parent)) / "report"
+            os.mkfifo(fifo, 0o600)
+            if account:
+                os.chown(fifo, account.pw_uid, account.pw_gid)
+            spec.report_fifo, spec.report_path = str(fifo), str(report_path)
+            report = _ReportReader(fifo, limits.report_cap_bytes)
+            report.start()
+        stdout_read, stdout_write = os.pipe()
+        stderr_read, stderr_write = os.pipe()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            ZygoteClient.shared().launch(spec, [theirs.fileno(), stdout_write, stderr_write])
+        finally:
+            for fd in (theirs.detach(), stdout_write, stderr_write):
+                os.close(fd)
+        started = time.monotonic()  # the program's time: not the zygote's start, nor the copy-out after it
+        run = _SealedRun(mine)
+        streams, flooded, readers = _capture(os.fdopen(stdout_read, "rb"), os.fdopen(stderr_read, "rb"), limits,
+                                             run.kill)
+        stdout_read = stderr_read = None  # the readers own them now
+        deadline = started + limits.time_limit_seconds
+        ticks = 0
         while not run.ended(GROUP_CHECK_SECONDS):
             now, ticks = time.monotonic(), ticks + 1
+            if run.program_ended:
+                continue
             if now >= deadline:
                 timed_out = True
             elif report and report.oracle_at and now - report.oracle_at > limits.teardown_grace_seconds:
                 ended_after_oracle = True
+            elif report and report.total > REPORT_FLOOD_FACTOR * limits.report_cap_bytes:
+                report_flood = True
             elif len(namespace_members(run.pid_namespace)) >= limits.max_processes:
                 forked_too_much = True  # RLIMIT_NPROC refuses more; a program that keeps trying is stopped
             elif ticks % MEMORY_CHECK_EVERY == 0 and run.memory_mb() > limits.memory_mb:
@@ -647,13 +664,22 @@ def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices,
             else:
                 continue
             run.kill()
-            run.ended(None)
+            if not run.ended(KILLED_RUN_GRACE_SECONDS):
+                run.note = run.note or "The run did not report its end after it was killed."
             break
+        wall_seconds = (run.ended_at or time.monotonic()) - started
     except BaseException:  # the caller was interrupted (Ctrl-C, SystemExit on SIGTERM): the program goes too
-        run.kill()
+        if run is not None:
+            run.kill()
         raise
     finally:
-        mine.close()
+        for fd in (stdout_read, stderr_read):
+            if fd is not None:
+                os.close(fd)
+        if run is not None:
+            run.close()
+        elif mine is not None:
+            mine.close()
         if report:
             report.close()
             shutil.rmtree(fifo.parent, ignore_errors=True)
@@ -664,18 +690,22 @@ def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices,
     if ended_after_oracle:
         notes.append(f"Ended {limits.teardown_grace_seconds:g} s after its oracle record: its processes were still "
                      "running (a teardown hang). Judged from its records.")
+    if report_flood:
+        notes.append(f"Killed: it wrote more than {REPORT_FLOOD_FACTOR * limits.report_cap_bytes} bytes of report "
+                     f"records (the first {limits.report_cap_bytes} are kept).")
     return SandboxResult(
         exit_code=run.exit_code,
-        wall_seconds=time.monotonic() - started,
+        wall_seconds=wall_seconds,
         stdout=streams["stdout"].text(),
         stderr=streams["stderr"].text(),
         output_truncated=streams["stdout"].truncated or streams["stderr"].truncated,
         timed_out=timed_out,
-        flooded=flooded.is_set(),
+        flooded=flooded.is_set() or report_flood,
         forked_too_much=forked_too_much,
         memory_exceeded=memory_exceeded,
         report_text=report.text() if report else "",
         ended_after_oracle=ended_after_oracle and run.exit_code is not None,
+        started_warm=warm,
         layers=[f"{name} namespace" for name in layers["namespaces"]] + ["no capabilities", "no_new_privs"]
         + (["landlock"] if landlock_abi() else []) + ["rlimits"],
         notes=notes,
@@ -699,6 +729,9 @@ class _SealedRun:
         self.exit_code = None
         self.note = ""
         self.over = False
+        self.program_ended = False  # its launcher is copying its directory out
+        self.ended_at = None
+        self.lock = threading.Lock()  # a kill from a stream reader's thread never meets a closed pidfd
 
     def ended(self, timeout):
         """Wait up to ``timeout`` seconds (None: for good) for the launcher's news; True once the run is over."""
@@ -713,26 +746,35 @@ class _SealedRun:
                 break
             news = json.loads(message)
             if "pid" in news and fds:
-                self.pidfd = fds[0]
-                try:
-                    self.pid_namespace = os.readlink(f"/proc/{news['pid']}/ns/pid")
-                except OSError:
-                    pass
+                with self.lock:
+                    self.pidfd = fds[0]
+                self.pid_namespace = news.get("pid_namespace")
+            if news.get("ended") and not self.program_ended:
+                self.program_ended, self.ended_at = True, time.monotonic()
             if "exit" in news:
                 self.over, self.exit_code, self.note = True, news["exit"], news.get("note", "")
                 if self.exit_code is None and not self.note:
                     self.note = "The sandbox failed to start the program."
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
+        self._close_pidfd()
         return True
 
+    def _close_pidfd(self):
+        with self.lock:
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+
+    def close(self):
+        self._close_pidfd()
+        self.conn.close()
+
     def kill(self):
-        if self.pidfd is not None:
-            try:
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            except (ProcessLookupError, OSError):
-                pass
+        with self.lock:
+            if self.pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                except OSError:
+                    pass
 
     def memory_mb(self):
         """The run's processes' proportional share of memory (PSS) together, in MB."""

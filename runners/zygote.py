@@ -11,9 +11,10 @@ A warm child runs the reproducer as ``__main__`` with its argv, in the environme
 interpreter for each.
 """
 import atexit
+import builtins
+import gc
 import json
 import os
-import runpy
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import types
 from pathlib import Path
 
 from .isolation import SandboxSpec, launch
@@ -110,7 +112,27 @@ def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method=
     """``torch.multiprocessing.spawn`` in a warm run: the ranks fork from this already warm process."""
     from torch.multiprocessing import start_processes
 
-    return start_processes(fn, args, nprocs, join, daemon, start_method="fork")
+    return start_processes(_finalizing(fn), args, nprocs, join, daemon, start_method="fork")
+
+
+def _finalizing(fn):
+    """``fn``, then what a spawned rank's interpreter does as it exits: a forked rank ends in ``os._exit``,
+    which would lose what the program's open files still buffer."""
+    def rank(*args):
+        try:
+            return fn(*args)
+        finally:
+            _finalize_main()
+
+    return rank
+
+
+def _finalize_main():
+    """Drop the script's globals and collect: the files it left open are flushed and closed, as at exit."""
+    main = sys.modules.get("__main__")
+    if main is not None:
+        main.__dict__.clear()
+    gc.collect()
 
 
 def run_warm(spec):
@@ -118,23 +140,29 @@ def run_warm(spec):
     os.environ.clear()
     os.environ.update(spec.env)
     script, *arguments = spec.argv[1:]
-    script = os.path.abspath(script)  # as the interpreter makes ``__main__.__file__`` since Python 3.9
-    sys.argv = [spec.argv[1], *arguments]
-    sys.path[0] = os.path.dirname(script)
+    path = os.path.abspath(script)  # as the interpreter makes ``__main__.__file__`` since Python 3.9
+    sys.argv = [script, *arguments]
+    sys.path[0] = os.path.dirname(path)
+    main = types.ModuleType("__main__")
+    main.__file__, main.__builtins__ = path, builtins
+    sys.modules["__main__"] = main
     code = 0
     try:
         if spec.env.get("SILENTBENCH_DETECTOR"):
             from .detectors.base import start_probe
 
             start_probe(alarm_key=spec.alarm_key)
-        runpy.run_path(script, run_name="__main__")
+        with open(path, "rb") as source:
+            program = compile(source.read(), path, "exec")
+        exec(program, main.__dict__)
     except SystemExit as exit_:
         code = _exit_code(exit_.code)
     except BaseException:  # noqa: BLE001 - as the interpreter does: the traceback on stderr, exit code 1
         traceback.print_exc()
         code = 1
-    threading._shutdown()  # what the interpreter does at exit: wait for threads, then atexit, then flush
+    threading._shutdown()  # what the interpreter does at exit: wait for threads, then atexit, then finalize
     atexit._run_exitfuncs()
+    _finalize_main()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

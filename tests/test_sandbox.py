@@ -233,3 +233,43 @@ def test_without_namespaces_untrusted_code_is_refused_unless_the_operator_opts_i
                             Limits(time_limit_seconds=10, memory_mb=512, allow_unisolated=True))
     assert allowed.stdout.strip() == "ran" and "namespace" not in " ".join(allowed.layers)
     assert any("Not sealed" in note for note in allowed.notes)
+
+
+def test_no_capability_comes_back_through_a_nested_user_namespace_nor_a_signal_to_its_init():
+    outcome = execute(hostile_run('''
+import ctypes, signal
+libc = ctypes.CDLL(None, use_errno=True)
+nested = libc.unshare(0x10000000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNET
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+    try:
+        os.kill(1, number)
+    except OSError:
+        pass
+oracle({"nested": nested, "errno": ctypes.get_errno(), "cap_eff": status["CapEff"].strip(),
+        "no_new_privs": status["NoNewPrivs"].strip()})
+'''))
+    evidence = evidence_of(outcome)
+    assert evidence["nested"] == -1 and evidence["cap_eff"] == "0000000000000000", evidence
+    assert evidence["no_new_privs"] == "1"
+
+
+def test_a_warm_run_flushes_the_files_its_script_left_open():
+    """The interpreter closes them at exit; a warm run ends in os._exit and must do the same first."""
+    outcome = execute(hostile_run('''
+report = open(os.environ["SILENTBENCH_REPORT"], "a")
+report.write(json.dumps({"event": "oracle", "manifested": False, "evidence": {"flushed": True}}) + "\\n")
+def keep():  # a function in the script: its globals are in a reference cycle, as in most programs
+    return report
+'''))
+    assert outcome.execution["start"] == "warm"
+    assert evidence_of(outcome) == {"flushed": True}
+
+
+def test_a_worker_without_namespaces_refuses_the_run_with_the_reason(monkeypatch):
+    from runners import sandbox
+
+    monkeypatch.setattr(sandbox, "isolation_layers", lambda: {"namespaces": [], "error": "unshare: not allowed"})
+    outcome = execute(hostile_run("oracle({})"))
+    assert outcome.failure_kind == "sandbox_refusal", outcome.failure_reason
+    assert "SILENTBENCH_ALLOW_UNISOLATED" in outcome.failure_reason and outcome.stdout == ""

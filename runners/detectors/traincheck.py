@@ -191,6 +191,7 @@ class TrainCheck(DetectorPlugin):
     def analyze(self, context, report):
         base = context.workdir / WORK_DIR
         invariants = base / "invariants.json"
+        invariants.write_text(context.fit_artifact)  # the run could rewrite its copy: check against the fit's own
         folders = trace_folders(base / "collect")
         deployed = sum(1 for line in context.fit_artifact.splitlines() if line.strip())
         context.summary.update({"rules_deployed": deployed, "trace_folders": len(folders)})
