@@ -286,10 +286,26 @@ def test_an_interrupted_caller_takes_the_sandboxed_program_with_it(tmp_path):
     from .helpers import processes_naming
 
     token = f"sleeper-{uuid.uuid4().hex}"
-    threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_sandboxed([sys.executable, "-c", "import time; time.sleep(120)", token], tmp_path,
-                      {"PATH": "/usr/bin:/bin"}, Limits(time_limit_seconds=60, memory_mb=1024))
+    returned = threading.Event()
+
+    def interrupt_once_it_runs():
+        for _ in range(1200):
+            if returned.is_set():
+                return
+            if processes_naming(token):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
+    try:
+        result = run_sandboxed([sys.executable, "-c", "import time; time.sleep(120)", token], tmp_path,
+                               {"PATH": "/usr/bin:/bin"}, Limits(time_limit_seconds=60, memory_mb=1024))
+    except KeyboardInterrupt:
+        pass
+    else:
+        returned.set()
+        pytest.fail(f"the run was not interrupted: exit {result.exit_code}, {result.notes}, {result.stderr[-2000:]}")
     for _ in range(50):
         if not processes_naming(token):
             break
