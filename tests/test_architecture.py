@@ -273,39 +273,33 @@ def test_a_stale_overhead_run_is_given_up_by_the_reconciler(versions):
 
 @pytest.mark.integration
 def test_an_interrupted_caller_takes_the_sandboxed_program_with_it(tmp_path):
-    """Ctrl-C (or SIGTERM turned into SystemExit) while the sandbox waits: every process of the run dies."""
-    import os
+    """Ctrl-C (or SIGTERM turned into SystemExit) while the sandbox waits: every process of the run dies. The
+    caller is a process of its own, as a command is when its user presses Ctrl-C."""
     import signal
+    import subprocess
     import sys
-    import threading
     import time
     import uuid
 
-    from runners.sandbox import Limits, run_sandboxed
-
     from .helpers import processes_naming
 
-    token = f"sleeper-{uuid.uuid4().hex}"
-    returned = threading.Event()
-
-    def interrupt_once_it_runs():
-        for _ in range(1200):
-            if returned.is_set():
-                return
-            if processes_naming(token):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.05)
-
-    threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
-    try:
-        result = run_sandboxed([sys.executable, "-c", "import time; time.sleep(120)", token], tmp_path,
-                               {"PATH": "/usr/bin:/bin"}, Limits(time_limit_seconds=60, memory_mb=1024))
-    except KeyboardInterrupt:
-        pass
-    else:
-        returned.set()
-        pytest.fail(f"the run was not interrupted: exit {result.exit_code}, {result.notes}, {result.stderr[-2000:]}")
+    key = uuid.uuid4().hex
+    token = f"sleeper-{key}"  # only the sandboxed program's command line holds it whole, not the caller's
+    caller = subprocess.Popen(
+        # Python's own Ctrl-C handler, even where this suite runs with SIGINT ignored (a background job)
+        [sys.executable, "-c", "import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+         "from runners.sandbox import Limits, run_sandboxed\n"
+         "run_sandboxed([sys.executable, '-c', 'import time; time.sleep(120)', 'sleeper-' + sys.argv[1]], "
+         f"{str(tmp_path)!r}, {{'PATH': '/usr/bin:/bin'}}, Limits(time_limit_seconds=60, memory_mb=1024))\n", key],
+        stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
+    for _ in range(1200):
+        if processes_naming(token) or caller.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert processes_naming(token), caller.communicate()[1][-2000:]
+    caller.send_signal(signal.SIGINT)
+    stderr = caller.communicate(timeout=60)[1]
+    assert caller.returncode != 0 and "KeyboardInterrupt" in stderr, stderr[-2000:]
     for _ in range(50):
         if not processes_naming(token):
             break
