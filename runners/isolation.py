@@ -27,7 +27,6 @@ import errno
 import json
 import os
 import platform
-import resource
 import signal
 import socket
 import stat
@@ -36,7 +35,10 @@ from dataclasses import asdict, dataclass, field
 from fcntl import ioctl
 from pathlib import Path
 
-from .sandbox import landlock_writes_only_under  # imported now: after pivot_root this package is out of view
+from .sandbox import (  # imported now: after pivot_root this package is out of view
+    landlock_writes_only_under,
+    set_rlimits,
+)
 
 INSIDE_UID = INSIDE_GID = 1000
 MAX_FILES = 65536  # files and folders a run may make (its tmpfs's inodes), so copying them out stays quick
@@ -245,7 +247,7 @@ def _program(spec):
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
-        _set_limits(spec)
+        set_rlimits(spec.memory_mb, spec.file_size_mb, spec.max_processes)
         _drop_privileges(spec.workdir)
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
@@ -259,16 +261,6 @@ def _program(spec):
         os.write(2, f"SilentBench sandbox: {type(error).__name__}: {error}\n".encode())
         os._exit(126)
     os._exit(0)
-
-
-def _set_limits(spec):
-    memory = spec.memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    file_size = spec.file_size_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    # Counted per user *in this user namespace*: all of the run's processes and threads, and nothing else.
-    resource.setrlimit(resource.RLIMIT_NPROC, (spec.max_processes, spec.max_processes))
 
 
 class _CapHeader(ctypes.Structure):

@@ -379,15 +379,20 @@ def landlock_writes_only_under(paths):
         os.close(ruleset)
 
 
+def set_rlimits(memory_mb, file_size_mb, max_processes):
+    """This process's limits, inherited by what it starts: address space, file size, no core dumps, processes
+    and threads (counted per user; in a sealed run, per user of the run's own user namespace)."""
+    memory, file_size = memory_mb * 1024 * 1024, file_size_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+
 def _apply_limits(limits, writable, parent_pid):
     """The child's set-up between fork and exec (after Popen switched to the sandbox's user)."""
     def preexec():
-        memory = limits.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        file_size = limits.file_size_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        set_rlimits(limits.memory_mb, limits.file_size_mb, limits.max_processes)
         # Die with the thread that started us (a worker killed -9). Set after the change of user, which
         # clears it; and if that parent is already gone, die now.
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
