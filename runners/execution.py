@@ -100,7 +100,7 @@ def cold_start_reason(plugin, argv, command, declared, devices=()):
         return "warm starts are turned off on this worker (SILENTBENCH_WARM_START=false)"
     if devices:
         return "it holds GPUs: CUDA does not survive a fork, and its ranks must start anew"
-    if command != argv:
+    if command[0] != argv[0]:  # not ``python script args``: an outside tool's own command
         return f"the detector {plugin.name} runs the reproducer through its own command"
     if declared:
         return "the reproducer declares environment variables, which must be set before torch is imported"
@@ -119,6 +119,7 @@ def run_limits(version):
         allow_unisolated=settings.SILENTBENCH_ALLOW_UNISOLATED,
         teardown_grace_seconds=settings.SILENTBENCH_TEARDOWN_GRACE_SECONDS,
         report_cap_bytes=settings.SILENTBENCH_REPORT_CAP_BYTES,
+        warm_start=settings.SILENTBENCH_WARM_START,
     )
 
 
@@ -135,8 +136,8 @@ def execute(run, devices=()):
     """Run ``run`` to completion in a fresh directory, on the GPUs ``devices`` it holds; always returns
     an outcome, never a half state.
 
-    A detector that works from outside (TrainCheck) wraps the command and checks the run's trace
-    afterwards, while the directory still exists; its offline time is measured apart.
+    A detector that works from outside (TrainCheck) runs its own copy of the script and checks the run's
+    trace afterwards, while the directory still exists; its offline time is measured apart.
     """
     version = run.reproducer_version
     if not version.is_approved:  # every caller comes through here: unapproved code never starts
@@ -165,7 +166,8 @@ def execute(run, devices=()):
         cold_reason = cold_start_reason(plugin, argv, command, declared, devices)
         if not cold_reason:
             env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory
-        result = run_sandboxed(command, workdir, env, limits, warm=not cold_reason, report_path=report_path,
+        result = run_sandboxed(command, context.cwd or workdir, env, limits, warm=not cold_reason,
+                               preload=plugin.preload, report_path=report_path,
                                alarm_key="" if cold_reason else alarm_key, devices=device_nodes(devices))
         report = parse_report(result.report_text, alarm_key=alarm_key or None)
         failure = result.failure(limits)

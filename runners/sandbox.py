@@ -56,8 +56,9 @@ class Limits:
     user: str = "nobody"  # who runs the program when the worker is root ("" keeps root: tests only)
     disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together (sealed runs)
     allow_unisolated: bool = False  # run without namespaces where the kernel has none (an operator's opt-in)
-    teardown_grace_seconds: float = 10.0
-    report_cap_bytes: int = 16 * 1024 * 1024  # after the oracle record, how long its processes may take to end
+    teardown_grace_seconds: float = 10.0  # after the oracle record, how long its processes may take to end
+    report_cap_bytes: int = 16 * 1024 * 1024
+    warm_start: bool = True  # a detector's own phases (TrainCheck's) may fork from a zygote (sealed runs only)
 
 
 @dataclass
@@ -437,17 +438,19 @@ def _kill_group(process):
         pass
 
 
-def run_sandboxed(argv, workdir, env, limits, *, warm=False, report_path=None, alarm_key="", devices=()):
+def run_sandboxed(argv, workdir, env, limits, *, warm=False, preload="torch", report_path=None, alarm_key="",
+                  devices=()):
     """Run ``argv`` in ``workdir`` with exactly ``env``; never raises for the program's misbehaviour.
 
     ``warm``: ``argv`` is ``[python, script, *args]`` and the script runs in a child of the zygote that
-    has already imported torch. ``report_path``: where the program writes its report (a path in
-    ``workdir``); what it wrote comes back as ``SandboxResult.report_text``. ``alarm_key``: handed to a
-    warm run's probe in memory. ``devices``: device nodes it may use (leased GPUs).
+    has already imported ``preload`` (runners.zygote.PRELOADS). ``report_path``: where the program writes
+    its report (a path in ``workdir``); what it wrote comes back as ``SandboxResult.report_text``.
+    ``alarm_key``: handed to a warm run's probe in memory. ``devices``: device nodes it may use (leased GPUs).
     """
     layers = isolation_layers()
     if layers["namespaces"]:
-        return _run_isolated(Path(workdir), argv, env, limits, warm, report_path, alarm_key, devices, layers)
+        return _run_isolated(Path(workdir), argv, env, limits, warm, preload, report_path, alarm_key, devices,
+                             layers)
     reason = isolation_unavailable(layers["error"])
     if not limits.allow_unisolated:
         return SandboxResult(exit_code=None, wall_seconds=0.0, stdout="", stderr="", output_truncated=False,
@@ -604,7 +607,7 @@ REPORT_FLOOD_FACTOR = 4  # a report this many times its cap is a flood: the run 
 KILLED_RUN_GRACE_SECONDS = 60  # how long a killed run may take to report its end (its copy-out included)
 
 
-def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices, layers):
+def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key, devices, layers):
     """A sealed run of ``argv`` in ``cwd``; its directory (what it may write, copied in and out) is its home,
     ``env["HOME"]``, which holds ``cwd`` (TrainCheck's fit runs each reference program in a folder of it)."""
     from .isolation import SandboxSpec
@@ -641,7 +644,7 @@ def _run_isolated(cwd, argv, env, limits, warm, report_path, alarm_key, devices,
         stderr_read, stderr_write = os.pipe()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            ZygoteClient.shared().launch(spec, [theirs.fileno(), stdout_write, stderr_write])
+            ZygoteClient.shared(preload).launch(spec, [theirs.fileno(), stdout_write, stderr_write])
         finally:
             for fd in (theirs.detach(), stdout_write, stderr_write):
                 os.close(fd)

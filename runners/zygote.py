@@ -1,12 +1,14 @@
 """The zygote: an interpreter that has already imported torch and the probe, and forks one sealed child
 per run (runners.isolation), so that a run no longer pays the interpreter's and torch's start-up.
 
-``python -m runners.zygote FD`` serves requests on the SOCK_SEQPACKET socket FD: a request is one
+``python -m runners.zygote FD PRELOAD`` serves requests on the SOCK_SEQPACKET socket FD: a request is one
 packet, a SandboxSpec as JSON, with three file descriptors (the run's own socket, its stdout and its
 stderr). The zygote forks the run's launcher and goes back to waiting; the launcher reports on the
 run's socket. It exits when the worker closes its end, and dies with the worker.
 
 A warm child runs the reproducer as ``__main__`` with its argv, in the environment the run declares.
+What the zygote imports first is its *preload* (``PRELOADS``): torch and the probe for the in-process
+detectors, torch and TrainCheck for TrainCheck's phases (a zygote of each, started on first use).
 ``torch.multiprocessing.spawn`` forks its ranks from the same warm state instead of starting a new
 interpreter for each.
 """
@@ -25,6 +27,7 @@ import traceback
 import types
 from pathlib import Path
 
+from .detectors.traincheck import TRAINCHECK_ENV
 from .isolation import SandboxSpec, launch
 
 REQUEST_BYTES = 1 << 20
@@ -40,27 +43,31 @@ class ZygoteError(RuntimeError):
 
 
 class ZygoteClient:
-    """The worker's end of its zygote: started on first use, one per process (a forked pool child starts its
-    own), gone with the process."""
+    """The worker's end of its zygote for one preload: started on first use, one per process and preload (a
+    forked pool child starts its own), gone with the process."""
 
-    _shared = None
+    _shared = {}
     _lock = threading.Lock()
 
     @classmethod
-    def shared(cls):
+    def shared(cls, preload="torch"):
         with cls._lock:
-            if cls._shared is None or not cls._shared.alive():
-                cls._shared = cls()
-            return cls._shared
+            client = cls._shared.get(preload)
+            if client is None or not client.alive():
+                client = cls._shared[preload] = cls(preload)
+            return client
 
-    def __init__(self):
+    def __init__(self, preload="torch"):
+        if preload not in PRELOADS:
+            raise ValueError(f"unknown preload {preload!r}: one of {', '.join(PRELOADS)}")
         self.owner = os.getpid()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
         env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
+        env.update(PRELOAD_ENV.get(preload, {}))
         self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([sys.executable, "-m", "runners.zygote", str(theirs.fileno())],
+        self.process = subprocess.Popen([sys.executable, "-m", "runners.zygote", str(theirs.fileno()), preload],
                                         pass_fds=[theirs.fileno()], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                                         stdout=self.log, stderr=self.log, start_new_session=True)
         theirs.close()
@@ -86,7 +93,7 @@ class ZygoteClient:
             raise ZygoteError(f"the zygote went away: {error}") from error
 
 
-def preload():
+def preload_torch():
     """What every run would import first: torch and its usual companions, and the probe's detectors."""
     import argparse  # noqa: F401
     import math  # noqa: F401
@@ -106,6 +113,23 @@ def preload():
     # A one-element tensor runs no parallel kernel: the zygote starts no thread pool a fork would break.
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     torch.multiprocessing.spawn = _spawn_by_fork
+
+
+def preload_traincheck():
+    """What each of TrainCheck's phases imports first: torch, then TrainCheck's instrumentor, collector,
+    checker and inference engine. Nothing more of torch: TrainCheck instruments the torch modules loaded
+    when the program starts, so a warm run must find the ones a cold run would (no optimizer warm-up)."""
+    import torch
+    import traincheck.checker  # noqa: F401
+    import traincheck.collect_trace  # noqa: F401
+    import traincheck.infer_engine  # noqa: F401
+    import traincheck.instrumentor.tracer  # noqa: F401
+
+    torch.multiprocessing.spawn = _spawn_by_fork
+
+
+PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck}
+PRELOAD_ENV = {"traincheck": TRAINCHECK_ENV}  # set before the preload's imports
 
 
 def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
@@ -217,7 +241,7 @@ def _launch_child(spec, conn_fd, stdout_fd, stderr_fd):
 def main():
     control = socket.socket(fileno=int(sys.argv[1]))
     control.set_inheritable(False)
-    preload()
+    PRELOADS[sys.argv[2] if len(sys.argv) > 2 else "torch"]()
     serve(control)
 
 

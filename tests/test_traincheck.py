@@ -57,11 +57,17 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summa
 """
 
 
+def alarm_rules(run):
+    return sorted((alarm.step, alarm.rule) for alarm in run.alarms.all())
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.integration
 @pytest.mark.once
 @pytest.mark.parametrize("name", ["traincheck", "traincheck_full"])
-def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(name):
+def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(name, settings):
+    """Fit, check and parse; then the same runs started cold (every phase a new interpreter) raise the same
+    alarms as the warm ones, forked from TrainCheck's zygote."""
     pipeline = ReproducerFactory(bug=None, name="tiny-adam")
     ReproducerVersionFactory(reproducer=pipeline, files={"pipeline.py": TRAINING}, entrypoint="pipeline.py",
                              default_steps=8, time_limit_seconds=60, memory_mb=4096)
@@ -85,6 +91,16 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     assert buggy.detector_summary["rules_deployed"] == artifact.summary["invariants"]
     assert buggy.analysis_seconds > 0
     assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
+    assert buggy.execution["start"] == fixed.execution["start"] == "warm", buggy.execution
+
+    settings.SILENTBENCH_WARM_START = False
+    for variant, warm in (("buggy", buggy), ("fixed", fixed)):
+        cold = RunFactory(reproducer_version=bug, detector=detector, variant=variant, seed=1, steps=8)
+        execute_run(cold.pk)
+        cold.refresh_from_db()
+        assert cold.status == RunStatus.SUCCEEDED and cold.execution["start"] == "cold", cold.failure_reason
+        assert cold.fit_artifact == artifact
+        assert alarm_rules(cold) == alarm_rules(warm)
 
 
 def test_models_to_track_follows_traincheck_to_the_first_optimizer_only():

@@ -43,6 +43,7 @@ class DetectorPlugin:
     time_limit_factor = 1  # how much longer than the reproducer's own limit an instrumented run may take
     fit_family = ""  # detectors of one family share their fit artifacts (default: the plugin's own name)
     fit_config_keys = ()  # the config keys that change what ``fit`` learns
+    preload = "torch"  # what the zygote its runs fork from has imported (runners.zygote.PRELOADS)
 
     def config(self, overrides=None):
         """The plugin's ``default_config`` with ``overrides`` (a detector record's config) applied."""
@@ -80,7 +81,9 @@ class DetectorPlugin:
         return {}
 
     def command(self, argv, context):
-        """The command that runs the reproducer: an outer tool such as ``traincheck-collect`` wraps ``argv``."""
+        """The command that runs the reproducer, ``argv`` itself or another ``[python, script, *args]`` (such
+        as TrainCheck's instrumented copy of the script); either starts warm. A RuntimeError fails the run
+        with its message."""
         return argv
 
     def analyze(self, context, report):
@@ -198,6 +201,7 @@ class RunContext:
 
     ``fit_artifact`` is the text of the detector's fitted artifact (TrainCheck's invariants), when it
     needs one. ``summary`` is filled by the detector and stored with the run (rules deployed, check time).
+    ``cwd``: where the command runs, a folder of ``workdir`` that ``command`` may choose (else ``workdir``).
     """
 
     workdir: Path
@@ -207,3 +211,4 @@ class RunContext:
     limits: object
     fit_artifact: str | None = None
     summary: dict = field(default_factory=dict)
+    cwd: Path | None = None

@@ -6,11 +6,17 @@ check: ``traincheck-collect`` traces the reproducer (``selective``: only what th
 ``full``), then ``traincheck-check`` checks the trace; each violated invariant becomes one alarm at
 the training step of its first violating trace record.
 
+Every phase is a sealed run forked warm from a zygote that has imported torch and TrainCheck
+(runners.zygote, preload "traincheck"), so none pays the interpreter's, torch's or TrainCheck's start-up:
+``traincheck-collect --only-instr`` writes TrainCheck's instrumented copy of the script
+(``_traincheck_<name>.py``, beside it), the run executes that copy as ``__main__`` with the script's
+arguments from TrainCheck's output directory, where the copy finds its instrumentation options (as
+``traincheck-collect`` would, through a shell script and a new interpreter), then ``traincheck-check`` (or, to fit,
+``traincheck-infer``) runs as ``__main__`` too. TorchScript is off (``PYTORCH_JIT=0``) in all of them, as
+TrainCheck's own runner sets it.
+
 Facts of traincheck 0.2.0 this module works around:
-- it runs a *rewritten copy* of the script (``_traincheck_<name>.py``) that has lost the module
-  docstring, from its output directory, with ``PYTHONPATH`` replaced by the script's directory;
-- script arguments only reach the program through a shell script (``--shscript``) that names the
-  Python file literally;
+- its instrumented copy of the script has lost the module docstring;
 - the ``sampler`` model tracker needs the model's variable name, and hooks the first line that
   assigns an optimizer built from it; we find that name in the source;
 - ``traincheck-check`` exits 0 whether or not invariants fail: only ``failed.log`` tells;
@@ -21,7 +27,6 @@ It imports no Django: the registry also loads this module inside reproducer proc
 import ast
 import json
 import re
-import shlex
 import sys
 import time
 from importlib import metadata
@@ -33,6 +38,8 @@ from .base import DetectorPlugin, register
 WORK_DIR = ".traincheck"
 MAX_ALARMS = 500
 MAX_SETUP_ALARMS = 50
+INSTRUMENTED_PREFIX = "_traincheck_"  # TrainCheck's name for its instrumented copy of a script
+TRAINCHECK_ENV = {"PYTORCH_JIT": "0"}  # what TrainCheck's runner sets for the programs it traces
 OPTIMIZER_LINE = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*[\w.]*\([ \t]*(\w+)(?:\.\w+)*\.parameters\(\)", re.MULTILINE)
 
 
@@ -79,21 +86,27 @@ def models_to_track(source):
     return [model] if first == optimizer_line else []
 
 
-def collect_command(workdir, entrypoint, script_args, output_dir, config, invariants_file=None):
-    """(argv of ``traincheck-collect`` for ``entrypoint`` with ``script_args``, models tracked); writes the
-    shell script that it needs."""
-    workdir = Path(workdir)
-    script = workdir / entrypoint
-    shell_script = workdir / f"{WORK_DIR}-run.sh"
-    shell_script.write_text(f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.join(script_args)}\n")
-    argv = [tool_path("traincheck-collect"), "--shscript", str(shell_script), "--pyscript", str(script),
-            "--output-dir", str(output_dir), "--model-tracker-style", config["model_tracker_style"]]
+def tool_command(name, *args):
+    """``python <console script> args``: a TrainCheck tool as a script, so that it can start warm."""
+    return [sys.executable, tool_path(name), *args]
+
+
+def instrument(workdir, entrypoint, output_dir, config, env, limits, invariants_file=None):
+    """Have ``traincheck-collect`` write its instrumented copy of ``entrypoint`` (selective when given the
+    invariants); returns (the copy's path, the models tracked)."""
+    script = Path(workdir) / entrypoint
+    argv = tool_command("traincheck-collect", "--only-instr", "--pyscript", str(script), "--output-dir",
+                        str(output_dir), "--model-tracker-style", config["model_tracker_style"])
     models = models_to_track(script.read_text(encoding="utf-8", errors="replace"))
     if models:
         argv += ["--models-to-track", *models]
     if invariants_file is not None:
         argv += ["--invariants", str(invariants_file)]
-    return argv, models
+    _run_tool(argv, workdir, env, limits, "instrument")
+    copy = script.with_name(f"{INSTRUMENTED_PREFIX}{script.name}")
+    if not copy.is_file():
+        raise TrainCheckError(f"traincheck instrument wrote no {copy.name}")
+    return copy, models
 
 
 def trace_folders(output_dir):
@@ -146,7 +159,7 @@ def violation_alarms(failed, step_times):
 
 
 def _run_tool(argv, workdir, env, limits, phase):
-    result = run_sandboxed(argv, workdir, env, limits)
+    result = run_sandboxed(argv, workdir, env, limits, warm=limits.warm_start, preload="traincheck")
     reason = result.failure_reason(limits)
     if reason:
         tail = (result.stderr or result.stdout)[-1500:]
@@ -168,7 +181,8 @@ class TrainCheck(DetectorPlugin):
         "fit_pipelines": ["cnn-sgd-momentum", "ddp-gloo", "lstm-lm", "mlp-adam"],
         "fit_seed": 0,
     }
-    instruments = False  # nothing is injected: traincheck-collect rewrites and runs the program itself
+    instruments = False  # no probe: TrainCheck's instrumented copy of the script runs instead
+    preload = "traincheck"
     needs_fit = True
     fit_family = "traincheck"
     fit_config_keys = ("model_tracker_style", "fit_seed")
@@ -177,16 +191,21 @@ class TrainCheck(DetectorPlugin):
     def tool_version(self):
         return tool_version() or ""
 
+    def environment(self, config):
+        return dict(TRAINCHECK_ENV)
+
     def command(self, argv, context):
         base = context.workdir / WORK_DIR
         base.mkdir(exist_ok=True)
         invariants = base / "invariants.json"
         invariants.write_text(context.fit_artifact)
-        selective = self.config(context.config)["collection"] == "selective"
-        command, models = collect_command(context.workdir, context.entrypoint, argv[2:], base / "collect",
-                                          self.config(context.config), invariants if selective else None)
-        context.summary["models_tracked"] = models
-        return command
+        config = self.config(context.config)
+        started = time.monotonic()
+        copy, models = instrument(context.workdir, context.entrypoint, base / "collect", config, context.env,
+                                  context.limits, invariants if config["collection"] == "selective" else None)
+        context.summary.update({"models_tracked": models, "instrument_seconds": round(time.monotonic() - started, 3)})
+        context.cwd = base / "collect"  # the copy reads its instrumentation options from there
+        return [argv[0], str(copy), *argv[2:]]
 
     def analyze(self, context, report):
         base = context.workdir / WORK_DIR
@@ -198,8 +217,8 @@ class TrainCheck(DetectorPlugin):
         if not folders:
             raise TrainCheckError("traincheck collect left no trace to check")
         started = time.monotonic()
-        _run_tool([tool_path("traincheck-check"), "--trace-folders", *folders, "--invariants", str(invariants),
-                   "--output-dir", str(base / "check"), "--no-html-report"],
+        _run_tool(tool_command("traincheck-check", "--trace-folders", *folders, "--invariants", str(invariants),
+                               "--output-dir", str(base / "check"), "--no-html-report"),
                   context.workdir, context.env, context.limits, "check")
         context.summary["check_seconds"] = round(time.monotonic() - started, 3)
         failed = []
@@ -215,19 +234,19 @@ class TrainCheck(DetectorPlugin):
         Returns the invariants file's text and a summary with the phase timings.
         """
         config = self.config(config)
-        workdir = Path(workdir)
+        workdir, env = Path(workdir), {**env, **self.environment(config)}
         traces, tracked, started = [], {}, time.monotonic()
         for index, (program_dir, entrypoint, args) in enumerate(programs):
             output_dir = workdir / f"trace-{index}"
-            command, models = collect_command(program_dir, entrypoint, args, output_dir, config)
+            copy, models = instrument(program_dir, entrypoint, output_dir, config, env, limits)
             tracked[f"{index}:{entrypoint}"] = models
-            _run_tool(command, program_dir, env, limits,
+            _run_tool([sys.executable, str(copy), *args], output_dir, env, limits,
                       f"collect on reference program {entrypoint} ({index + 1}/{len(programs)})")
             traces += trace_folders(output_dir)
         collect_seconds = time.monotonic() - started
         invariants = workdir / "invariants.json"
         started = time.monotonic()
-        _run_tool([tool_path("traincheck-infer"), "--trace-folders", *traces, "--output", str(invariants)],
+        _run_tool(tool_command("traincheck-infer", "--trace-folders", *traces, "--output", str(invariants)),
                   workdir, env, limits, "infer")
         text = invariants.read_text(encoding="utf-8") if invariants.exists() else ""
         relations = {}

@@ -2,12 +2,17 @@
 that has already imported torch), through one local worker running one run at a time.
 
 Prints figures, never asserts. Every CPU reproducer of the catalog (buggy and fixed) and every clean pipeline
-runs under the ``plain`` detector, once through a worker started with ``SILENTBENCH_WARM_START=false`` and once
-through one started with ``true``; with ``--rounds N`` the pair is repeated, the order alternating (cold, warm,
-warm, cold, ...) so that a drift of the machine's load weighs on both. Uses the database and broker of the
-settings (SQLite and the filesystem broker by default):
+runs under the ``plain`` detector (or ``--detector``), once through a worker started with
+``SILENTBENCH_WARM_START=false`` and once through one started with ``true``; with ``--rounds N`` the pair is
+repeated, the order alternating (cold, warm, warm, cold, ...) so that a drift of the machine's load weighs on
+both. Uses the database and broker of the settings (SQLite and the filesystem broker by default):
 
     SILENTBENCH_VAR_DIR=/tmp/benchvar .venv/bin/python manage.py bench_executor [--bugs DS-1801] [--seeds 0,1]
+        [--detector traincheck]
+
+A detector that fits (TrainCheck) fits before the first campaign, so that neither mode pays for it; its
+programs that are reference pipelines are left out, as the evaluation leaves them out. Its runs' offline
+check (``Run.analysis_seconds``) is reported apart, and the alarms of each pair compared.
 
 Per start mode: runs, the campaign's wall time (created -> completed), runs per hour, the median run wall
 time, and the median overhead per run by world size: ``Run.wall_seconds`` minus the reproducer's own time,
@@ -33,6 +38,8 @@ from django.utils import timezone
 from core.cli import comma_list, int_list, positive_int
 from core.enums import Variant
 from runners.actions import do_create_campaign
+from runners.detectors import get_plugin
+from runners.fitting import ensure_fit, is_fit_reference
 from runners.local_worker import local_worker, log_tail
 from runners.models import Campaign, RunStatus, Worker
 from runners.plans import CampaignPlan
@@ -74,6 +81,10 @@ def step_losses(run):
                   for record in run.step_records or () if isinstance(record, dict))
 
 
+def alarm_rules(run):
+    return sorted((alarm.step, alarm.rule) for alarm in run.alarms.all())
+
+
 def median(values, spec=".2f"):
     return format(statistics.median(values), spec) if values else "-"
 
@@ -83,8 +94,8 @@ def ratio(cold, warm):
 
 
 class Command(BaseCommand):
-    help = ("Cold against warm starts: every CPU reproducer (buggy and fixed) and clean pipeline under plain, "
-            "through one local worker, with SILENTBENCH_WARM_START false then true. Prints figures.")
+    help = ("Cold against warm starts: every CPU reproducer (buggy and fixed) and clean pipeline under plain "
+            "(or --detector), through one local worker, with SILENTBENCH_WARM_START false then true. Prints figures.")
 
     def add_arguments(self, parser):
         parser.add_argument("--seeds", type=int_list, default=[0], help="comma-separated seeds (default 0)")
@@ -93,15 +104,24 @@ class Command(BaseCommand):
                                  "runs unless --pipelines names some")
         parser.add_argument("--pipelines", type=comma_list,
                             help="comma-separated clean pipelines (default: all of them, none with --bugs)")
+        parser.add_argument("--detector", default="plain", help="the detector every run is under (default plain)")
         parser.add_argument("--rounds", type=positive_int, default=1,
                             help="cold and warm campaigns each, alternating (cold, warm, warm, cold, ...)")
 
-    def handle(self, *args, seeds, bugs, pipelines, rounds, **options):
+    def handle(self, *args, seeds, bugs, pipelines, rounds, detector, **options):
+        try:
+            plugin = get_plugin(detector)
+        except KeyError as error:
+            raise CommandError(f"no such detector: {detector}") from error
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
-        versions = self.versions(bugs, pipelines)
-        plain = detector_record("plain")
-        plan = CampaignPlan.build(versions, [plain], Variant.values, seeds)
+        record = detector_record(detector)
+        versions = [version for version in self.versions(bugs, pipelines) if not is_fit_reference(version, record)]
+        if plugin.needs_fit:
+            started = time.monotonic()
+            fits = {ensure_fit(record, version).pk for version in versions}
+            self.stdout.write(f"{detector}: {len(fits)} fit(s) ready in {time.monotonic() - started:.1f} s")
+        plan = CampaignPlan.build(versions, [record], Variant.values, seeds)
         sizes = Counter(world_size(version) for version in versions)
         database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         broker = settings.CELERY_BROKER_URL.split("://")[0]
@@ -109,7 +129,7 @@ class Command(BaseCommand):
         shapes = ", ".join(f"{n} x {size} rank(s)" for size, n in sorted(sizes.items()))
         self.stdout.write(
             f"bench_executor: {len(versions)} reproducers ({shapes}), "
-            f"{len(plan.runs)} runs per campaign (plain, seeds {','.join(map(str, seeds))}), {rounds} round(s); "
+            f"{len(plan.runs)} runs per campaign ({detector}, seeds {','.join(map(str, seeds))}), {rounds} round(s); "
             f"one local worker, concurrency 1; database={database} broker={broker}; {os.cpu_count()} CPUs; "
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
@@ -205,6 +225,7 @@ class Command(BaseCommand):
                          for before, after in zip(started, started[1:])]
             figures[mode] = {"runs": len(runs), "succeeded": len(done), "total": totals[mode],
                              "walls": [run.wall_seconds for run in done if run.wall_seconds is not None],
+                             "checks": [run.analysis_seconds for run in done if run.analysis_seconds is not None],
                              "executing": sum(run.wall_seconds or 0 for _, run in runs),
                              "overhead": overhead, "gaps": gaps}
         cold, warm = figures.get("cold"), figures.get("warm")
@@ -219,6 +240,9 @@ class Command(BaseCommand):
             f"{(cold['runs'] / cold['total']) / (warm['runs'] / warm['total']):.2f}")
         row("median run wall time (s)", median(cold["walls"]), median(warm["walls"]),
             ratio(cold["walls"], warm["walls"]))
+        if cold["checks"] or warm["checks"]:
+            row("median offline check after the run (s)", median(cold["checks"]), median(warm["checks"]),
+                ratio(cold["checks"], warm["checks"]))
         for size in sorted(set(cold["overhead"]) | set(warm["overhead"])):
             c, w = cold["overhead"].get(size, []), warm["overhead"].get(size, [])
             row(f"median overhead per run, {size} rank(s) (s; n = {len(c)} / {len(w)})", median(c), median(w),
@@ -257,15 +281,17 @@ class Command(BaseCommand):
                         if run.status == RunStatus.SUCCEEDED} for mode, runs in by_mode.items()}
         common = sorted(set(keyed.get("cold", {})) & set(keyed.get("warm", {})))
         differ = [key for key in common if step_losses(keyed["cold"][key]) != step_losses(keyed["warm"][key])
-                  or keyed["cold"][key].manifested != keyed["warm"][key].manifested]
-        line = (f"\nPer-step losses and oracle verdict identical warm and cold: {len(common) - len(differ)}/"
+                  or keyed["cold"][key].manifested != keyed["warm"][key].manifested
+                  or alarm_rules(keyed["cold"][key]) != alarm_rules(keyed["warm"][key])]
+        line = (f"\nPer-step losses, oracle verdict and alarms identical warm and cold: {len(common) - len(differ)}/"
                 f"{len(common)} pairs of succeeded runs")
         self.stdout.write(self.style.ERROR(line) if differ else line)
         for key in differ:
             cold, warm = keyed["cold"][key], keyed["warm"][key]
             self.stdout.write(self.style.ERROR(
                 f"  differ: {cold.reproducer_version.reproducer} {cold.variant} seed {cold.seed} round {key[3]} "
-                f"(runs {cold.pk} cold, {warm.pk} warm; manifested {cold.manifested} / {warm.manifested})"))
+                f"(runs {cold.pk} cold, {warm.pk} warm; manifested {cold.manifested} / {warm.manifested}; "
+                f"{len(alarm_rules(cold))} / {len(alarm_rules(warm))} alarms)"))
 
     def per_reproducer(self, by_mode):
         walls = defaultdict(lambda: defaultdict(list))
