@@ -135,6 +135,15 @@ def probe_layers():
     return json.loads(data or b'{"namespaces": [], "error": "the probe died"}')
 
 
+def _pid_namespace_for_children():
+    """The PID namespace of the run (as /proc/<pid>/ns/pid names it), or None when its init has already
+    ended: the kernel then no longer names it, and no process of the run is left to count."""
+    try:
+        return os.readlink("/proc/self/ns/pid_for_children")
+    except FileNotFoundError:
+        return None
+
+
 def _unshare_and_map(host_uid=None, host_gid=None):
     """Enter new namespaces. The program's user inside (INSIDE_UID) is this process's own user, or, when
     this process is root and ``host_uid`` is given, that host user: then a helper still outside writes
@@ -193,7 +202,7 @@ def launch(spec, report):
             _init(spec, workdir_fd, status_write)
         os.close(status_write)
         pidfd = os.pidfd_open(pid)  # the worker signals the init through it: no PID reuse can misdirect a kill
-        report({"pid": pid, "pid_namespace": os.readlink("/proc/self/ns/pid_for_children")}, [pidfd])
+        report({"pid": pid, "pid_namespace": _pid_namespace_for_children()}, [pidfd])
         os.close(pidfd)
         os.waitpid(pid, 0)  # returns once every process of the run's PID namespace is gone
         report({"ended": True})  # the copy-out below is not the program's time

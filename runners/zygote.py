@@ -118,14 +118,16 @@ def preload_torch():
 def preload_traincheck():
     """What each of TrainCheck's phases imports first: torch, then TrainCheck's instrumentor, collector,
     checker and inference engine. Nothing more of torch: TrainCheck instruments the torch modules loaded
-    when the program starts, so a warm run must find the ones a cold run would (no optimizer warm-up)."""
-    import torch
+    when the program starts, so a warm run must find the ones a cold run would (no optimizer warm-up).
+
+    Ranks are spawned as new interpreters, as in a cold run: TrainCheck's trace writers are threads that a
+    fork does not copy, and a forked rank would keep its parent's queues, which nobody drains (its trace
+    would be lost, and with it every alarm about that rank)."""
+    import torch  # noqa: F401
     import traincheck.checker  # noqa: F401
     import traincheck.collect_trace  # noqa: F401
     import traincheck.infer_engine  # noqa: F401
     import traincheck.instrumentor.tracer  # noqa: F401
-
-    torch.multiprocessing.spawn = _spawn_by_fork
 
 
 PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck}

@@ -57,6 +57,36 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summa
 """
 
 
+TRAINING_TWO_RANKS = PROGRAM_PREAMBLE + """
+import torch
+import torch.multiprocessing as mp
+
+
+def rank_main(rank, variant, seed, steps):
+    torch.manual_seed(seed + rank)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    scale = torch.nn.Parameter(torch.ones(1))
+    if variant == "buggy":
+        for p in model.parameters():
+            p.requires_grad_(False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(steps):
+        optimizer.zero_grad()
+        x = torch.randn(32, 8)
+        loss = (model(x) * scale - x.sum(dim=1, keepdim=True)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        if rank == 0:
+            report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+
+
+if __name__ == "__main__":
+    report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=2)
+    mp.spawn(rank_main, args=(args.variant, args.seed, args.steps), nprocs=2)
+    report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="frozen model")
+"""
+
+
 def alarm_rules(run):
     return sorted((alarm.step, alarm.rule) for alarm in run.alarms.all())
 
@@ -93,14 +123,26 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
     assert buggy.execution["start"] == fixed.execution["start"] == "warm", buggy.execution
 
+    # Two ranks: each is traced (a rank forked from the zygote would lose its trace), and raises the alarm.
+    two_ranks = ReproducerVersionFactory(files={"repro.py": TRAINING_TWO_RANKS}, time_limit_seconds=90,
+                                         memory_mb=4096)
+    spawned = RunFactory(reproducer_version=two_ranks, detector=detector, variant="buggy", seed=1, steps=8)
+    execute_run(spawned.pk)
+    spawned.refresh_from_db()
+    assert spawned.status == RunStatus.SUCCEEDED and spawned.execution["start"] == "warm", spawned.failure_reason
+    assert spawned.detector_summary["processes_traced"] >= 2, spawned.detector_summary  # both ranks
+    assert {a.rank for a in spawned.alarms.all() if a.step >= 0 and "Adam.step()" in a.rule} == {0, 1}
+
     settings.SILENTBENCH_WARM_START = False
-    for variant, warm in (("buggy", buggy), ("fixed", fixed)):
-        cold = RunFactory(reproducer_version=bug, detector=detector, variant=variant, seed=1, steps=8)
+    for warm in (buggy, fixed, spawned):
+        cold = RunFactory(reproducer_version=warm.reproducer_version, detector=detector, variant=warm.variant,
+                          seed=1, steps=8)
         execute_run(cold.pk)
         cold.refresh_from_db()
         assert cold.status == RunStatus.SUCCEEDED and cold.execution["start"] == "cold", cold.failure_reason
         assert cold.fit_artifact == artifact
         assert alarm_rules(cold) == alarm_rules(warm)
+        assert cold.detector_summary["processes_traced"] == warm.detector_summary["processes_traced"]
 
 
 def test_models_to_track_follows_traincheck_to_the_first_optimizer_only():

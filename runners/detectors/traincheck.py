@@ -113,6 +113,11 @@ def trace_folders(output_dir):
     return sorted({str(path.parent) for path in Path(output_dir).rglob("trace_*.log")})
 
 
+def processes_traced(output_dir):
+    """How many processes wrote a trace (TrainCheck names its files ``trace_<API|VAR>_<pid>_<thread>.log``)."""
+    return len({path.name.split("_")[2] for path in Path(output_dir).rglob("trace_*_*_*.log")})
+
+
 def read_json_stream(text):
     """The objects of a file of concatenated (pretty-printed) JSON values, as ``failed.log`` is."""
     decoder, objects, index = json.JSONDecoder(), [], 0
@@ -213,7 +218,8 @@ class TrainCheck(DetectorPlugin):
         invariants.write_text(context.fit_artifact)  # the run could rewrite its copy: check against the fit's own
         folders = trace_folders(base / "collect")
         deployed = sum(1 for line in context.fit_artifact.splitlines() if line.strip())
-        context.summary.update({"rules_deployed": deployed, "trace_folders": len(folders)})
+        context.summary.update({"rules_deployed": deployed, "trace_folders": len(folders),
+                                "processes_traced": processes_traced(base / "collect")})
         if not folders:
             raise TrainCheckError("traincheck collect left no trace to check")
         started = time.monotonic()
