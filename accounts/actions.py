@@ -1,5 +1,6 @@
 """API token actions. A secret exists in memory once, when it is created; the database keeps its hash.
-The callers check that the acting user owns the token, or is staff."""
+The callers check that the acting user owns the token, or is staff, and that a token is not creating a token
+(accounts.permissions)."""
 import secrets
 
 from django.core.exceptions import ValidationError
@@ -29,3 +30,8 @@ def do_revoke_api_token(token, *, acting_user):
         token.revoked_at = timezone.now()
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=token.revoked_at)
     return token
+
+
+def do_revoke_api_tokens_of(user, *, acting_user):
+    """Revoke every active token of ``user``, as a password change does (accounts.passwords). Returns how many."""
+    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=timezone.now())

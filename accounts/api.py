@@ -1,4 +1,4 @@
-from django.contrib.auth import authenticate
+from django.contrib.auth import authenticate, get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from .actions import do_create_api_token, do_revoke_api_token
 from .models import ApiToken
+from .permissions import NotByApiToken
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
@@ -37,11 +38,16 @@ def create_token(user, name):
 
 class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                       mixins.DestroyModelMixin, viewsets.GenericViewSet):
-    """Your API tokens. Creating one returns its secret once; DELETE or POST .../revoke/ revokes it
-    (the record stays, marked revoked)."""
+    """Your API tokens. Creating one (signed in, not with a token) returns its secret once; DELETE or
+    POST .../revoke/ revokes it (the record stays, marked revoked)."""
 
     serializer_class = ApiTokenSerializer
     permission_classes = [permissions.IsAuthenticated]
+
+    def get_permissions(self):
+        if self.action == "create":
+            return [*super().get_permissions(), NotByApiToken()]
+        return super().get_permissions()
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
@@ -64,14 +70,18 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         return Response(ApiTokenSerializer(do_revoke_api_token(self.get_object(), acting_user=request.user)).data)
 
 
+USERNAME_MAX = get_user_model()._meta.get_field("username").max_length  # longer cannot exist, nor be counted
+
+
 class CredentialsSerializer(serializers.Serializer):
-    username = serializers.CharField()
+    username = serializers.CharField(max_length=USERNAME_MAX)
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False, write_only=True)
     name = serializers.CharField(required=False, default="API token", max_length=100)
 
 
 class ObtainApiTokenView(APIView):
-    """Exchange a username and password for a new named API token (the secret is in ``token``)."""
+    """Exchange a username and password for a new named API token (the secret is in ``token``). Failed
+    attempts count against the account and the client address (django-axes): past the limit, 429."""
 
     authentication_classes = []
     permission_classes = [permissions.AllowAny]

@@ -1,6 +1,8 @@
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
@@ -58,3 +60,17 @@ def revoke_token(request, pk):
     do_revoke_api_token(token, acting_user=request.user)
     messages.success(request, f"Token “{token.name}” revoked.")
     return redirect("accounts:tokens")
+
+
+def locked_out(request, original_response=None, credentials=None):
+    """django-axes' answer to a sign-in while the account or the client address is locked out: a 429 saying
+    for how long, as JSON on the API and as a page on the site."""
+    minutes = round(settings.AXES_COOLOFF_TIME.total_seconds() / 60)
+    message = (f"Too many failed sign-ins for this account or from this address: signing in is refused, the right "
+               f"password too, until {minutes} minutes have passed without another attempt.")
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": message}, status=429)
+    else:
+        response = render(request, "registration/locked_out.html", {"message": message}, status=429)
+    response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+    return response

@@ -1,4 +1,4 @@
-"""A database outage answers 503 ("try again"), not a 500 with a traceback in the logs' place.
+"""Answers that replace a 500: a database outage is a 503 ("try again"), a NUL character in the request a 400.
 
 Django reconnects by itself once the database is back (``CONN_HEALTH_CHECKS``), so the page works
 again on the next request. The answer is built without the database: no session, no template that
@@ -51,3 +51,38 @@ class DatabaseUnavailableMiddleware:
             response = HttpResponse(unavailable_page(), status=503)
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+class NulCharacterMiddleware:
+    """A NUL character in the URL's path, its query, a cookie or a form field is a 400 that says where, before
+    any view, session or sign-in throttle reads it: PostgreSQL stores no NUL in text, so a lookup with one (as
+    ``GET /bugs/%00/`` made) was a 500. A middleware rather than a URL converter or each form, because it covers
+    every view, the admin's and django-axes' included, and every kind of parameter in one place. The API's JSON
+    bodies are checked by its parser (``core.untrusted.BoundedJSONParser``), uploaded files by
+    ``bugs.submissions``."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        where = nul_character_in(request)
+        if not where:
+            return self.get_response(request)
+        message = f"The request's {where} contains a NUL character (%00), which nothing here accepts."
+        if request.path_info.startswith("/api/"):
+            return JsonResponse({"detail": message}, status=400)
+        return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+
+
+def nul_character_in(request):
+    """Where in ``request`` a NUL character is ('path', 'query parameter "q"', ...), or ''. Reading the form
+    parses the body, as the CSRF check would; a body too large was refused before (RequestSizeLimitMiddleware)."""
+    if "\x00" in request.path_info:
+        return "path"
+    cookies = [(name, [value]) for name, value in request.COOKIES.items()]
+    for kind, parameters in (("query parameter", request.GET.lists()), ("cookie", cookies),
+                             ("form field", request.POST.lists())):
+        for name, values in parameters:
+            if "\x00" in name or any("\x00" in value for value in values):
+                return f"{kind} {ascii(name.replace(chr(0), ''))}"
+    return ""

@@ -13,9 +13,11 @@ import os
 import re
 import sqlite3
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -161,6 +163,8 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "core",
     "bugs",
     "runners",
@@ -173,6 +177,7 @@ if not PRODUCTION:  # benchmarks, synthetic history, screenshots: development an
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "benchmark_site.security.RequestSizeLimitMiddleware",  # before anything reads the body
+    "benchmark_site.middleware.NulCharacterMiddleware",  # a NUL in the URL, query, cookies or form is a 400
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -180,7 +185,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "benchmark_site.middleware.DatabaseUnavailableMiddleware",  # a database outage is a 503, not a 500
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: a locked-out sign-in becomes its 429
 ]
 
 ROOT_URLCONF = "benchmark_site.urls"
@@ -224,7 +231,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    # Not a rule: Django tells validators of every password change, and this one revokes the account's API tokens.
+    {"NAME": "accounts.passwords.RevokeApiTokensOnPasswordChange"},
 ]
+# django-axes first: a locked-out account or client is refused before any password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
@@ -262,6 +273,32 @@ SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
 # Opt-ins: they bind every subdomain of the lab's domain (and browsers' preload lists) to HTTPS.
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+# Reverse proxies in front of gunicorn that each append the address they saw to X-Forwarded-For: the client's
+# address is the one the outermost of them saw. With 0 (no proxy) the header is ignored, since anyone can send it.
+SILENTBENCH_NUM_PROXIES = env_int("SILENTBENCH_NUM_PROXIES", 0, minimum=0, maximum=10)
+# --- Sign-in attempts (django-axes, docs/accounts.md): the web login, POST /api/token/ and the admin's login.
+# Failures are counted per account and per client address in the database, which every process and web node
+# shares; either count reaching the limit refuses sign-ins, the right password too, with a 429 until the
+# cool-off has passed since the last failure.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = env_int("SILENTBENCH_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("SILENTBENCH_LOGIN_COOLOFF_MINUTES", 15.0, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_CLIENT_IP_CALLABLE = "benchmark_site.security.client_ip"
+AXES_USERNAME_CALLABLE = "benchmark_site.security.attempted_username"
+AXES_LOCKOUT_CALLABLE = "accounts.views.locked_out"
+AXES_VERBOSE = False  # no banner at every start; each failure and lock-out is still logged
+# Never: signing in to one's own account would clear the failures counted against another from the same address.
+AXES_RESET_ON_SUCCESS = False
+# --- Content-Security-Policy (django-csp): scripts, styles, images and requests from this site only; inline
+# style sheets (highlighted code, plotly's rules: templates/core/plots.html) carry the request's nonce. The one
+# style attribute allowed is an empty one, which plotly's colour bars set (the hash of "").
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": [SELF], "script-src": [SELF], "style-src": [SELF, NONCE],
+    "style-src-attr": ["'unsafe-hashes'", "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"],
+    "img-src": [SELF, "data:"], "object-src": [NONE], "base-uri": [NONE], "form-action": [SELF],
+    "frame-ancestors": [NONE],
+}}
 if os.environ.get("DJANGO_CACHE_URL"):  # e.g. redis://...: API throttling counts across gunicorn workers
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
                           "LOCATION": os.environ["DJANGO_CACHE_URL"]}}
@@ -276,8 +313,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON nested at most core.untrusted.MAX_DEPTH levels, with nothing a database refuses (NUL, NaN)
+    "DEFAULT_PARSER_CLASSES": ["core.untrusted.BoundedJSONParser", "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
+    # Anonymous callers by address, signed-in ones by account: two scopes, never the same bucket.
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle",
-                                 "rest_framework.throttling.UserRateThrottle"],
+                                 "benchmark_site.security.UserRateThrottle"],
+    "NUM_PROXIES": SILENTBENCH_NUM_PROXIES,  # the client address of the throttles, as for sign-in attempts
     "DEFAULT_THROTTLE_RATES": {
         "anon": env_rate("SILENTBENCH_ANON_RATE", "300/min"),  # per client address
         "user": env_rate("SILENTBENCH_USER_RATE", "1200/min"),  # per signed-in user or token
@@ -373,6 +415,8 @@ require(SILENTBENCH_MAX_REQUEST_BYTES > SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES,
 # At most runners.plans.MAX_SEEDS: more would make every approval fail.
 SILENTBENCH_VERIFICATION_SEEDS = env_int("SILENTBENCH_VERIFICATION_SEEDS", 3, minimum=1, maximum=100)
 SILENTBENCH_CATALOG_DIR = Path(os.environ.get("SILENTBENCH_CATALOG_DIR", BASE_DIR / "catalog"))
+# A reproducer.yaml (submitted or in the catalog) is parsed only if it is at most this long (core/untrusted.py).
+SILENTBENCH_MAX_MANIFEST_BYTES = env_int("SILENTBENCH_MAX_MANIFEST_BYTES", 16 * 1024, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -1,4 +1,5 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.decorators import action
@@ -10,7 +11,8 @@ from .actions import do_review_version, do_submit_reproducer
 from .filters import BugFilter
 from .forms import SUBMITTED_BUG_FIELDS
 from .models import Bug, Reproducer, ReproducerVersion
-from .permissions import can_resubmit, can_review
+from .permissions import CanReview, can_resubmit
+from .selectors import visible_bugs, visible_reproducers, visible_versions
 from .submissions import read_uploads
 
 
@@ -48,10 +50,13 @@ class BugViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = BugFilter
     lookup_field = "bug_id"
     lookup_value_regex = "[A-Za-z0-9-]+"
-    queryset = Bug.objects.prefetch_related("reproducers__versions").order_by("bug_id")
 
     def get_queryset(self):
-        return self.queryset.visible_to(self.request.user)
+        """The bugs, reproducers and versions the caller may see (bugs.selectors), nested alike."""
+        user = self.request.user
+        versions = visible_versions(user).defer("files", "manifest")
+        reproducers = visible_reproducers(user).prefetch_related(Prefetch("versions", versions))
+        return visible_bugs(user).prefetch_related(Prefetch("reproducers", reproducers)).order_by("bug_id")
 
 
 class ReviewSerializer(serializers.Serializer):
@@ -73,18 +78,19 @@ class ReproducerVersionSerializer(ReproducerVersionSummarySerializer):
 
 
 class ReproducerVersionViewSet(viewsets.ReadOnlyModelViewSet):
-    """Exact reproducer contents, by content hash. Runs name the version they executed."""
+    """Exact reproducer contents, by content hash. Runs name the version they executed. Code waiting for
+    review, or rejected, is listed only to its submitter and to maintainers."""
 
     serializer_class = ReproducerVersionSerializer
-    queryset = ReproducerVersion.objects.select_related("reproducer__bug").order_by("id")
     filterset_fields = ["review_state", "content_hash", "reproducer__bug__bug_id"]
 
+    def get_queryset(self):
+        return visible_versions(self.request.user).select_related("reproducer__bug").order_by("id")
+
     @extend_schema(request=ReviewSerializer, responses=ReproducerVersionSummarySerializer)
-    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    @action(detail=True, methods=["post"], permission_classes=[CanReview])
     def review(self, request, pk=None):
         """A maintainer approves (verification runs start) or rejects (a note is required) this version."""
-        if not can_review(request.user):
-            raise PermissionDenied("Only maintainers can review reproducer code.")
         review = ReviewSerializer(data=request.data)
         review.is_valid(raise_exception=True)
         try:
@@ -146,7 +152,7 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         files, problems = read_uploads(data["files"])
         bug = None
         if data.get("resubmit_to"):
-            bug = Bug.objects.filter(bug_id=data["resubmit_to"]).first()
+            bug = visible_bugs(self.request.user).filter(bug_id=data["resubmit_to"]).first()
             if bug is None:
                 raise ValidationError({"resubmit_to": f"No bug {data['resubmit_to']}."})
             if not can_resubmit(self.request.user, bug):

@@ -9,12 +9,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from core import audit
+from core.untrusted import UntrustedInputError, load_yaml
 
 from .models import (
     Bug,
@@ -27,7 +28,7 @@ from .models import (
     ReviewState,
     validate_bug_id,
 )
-from .submissions import manifest_problems
+from .submissions import MANIFEST_NAME, manifest_problems
 
 BUG_FIELDS = {
     "title": str, "framework": str, "framework_versions": str, "fault_location": str,
@@ -91,7 +92,7 @@ def parse_bug_yaml(path):
 
 def parse_reproducer_folder(folder):
     """(manifest, files) of a reproducer folder; every file is part of the version."""
-    manifest = _read_yaml(folder / "reproducer.yaml")
+    manifest = _read_yaml(folder / MANIFEST_NAME, max_bytes=settings.SILENTBENCH_MAX_MANIFEST_BYTES)
     files = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not IGNORED_NAMES.intersection(path.relative_to(folder).parts):
@@ -111,10 +112,11 @@ def _full_clean(instance, path):
         raise ValidationError(f"{path}: {problems}") from error
 
 
-def _read_yaml(path):
+def _read_yaml(path, max_bytes=None):
+    """A mapping, read as submitted manifests are (``core.untrusted.load_yaml``: no alias, bounded nesting)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
+        data = load_yaml(path.read_text(encoding="utf-8"), max_bytes=max_bytes)
+    except (OSError, UnicodeDecodeError, UntrustedInputError) as error:
         raise ValidationError(f"{path}: cannot read YAML ({error})") from error
     if not isinstance(data, dict):
         raise ValidationError(f"{path}: expected a mapping")

@@ -1,13 +1,13 @@
 """The catalog as a table: /catalog.<fmt> downloads and ``manage.py export catalog``, filtered by the
 catalog page's query string (BugFilter), in the formats of the results tables."""
 import pandas as pd
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.http import Http404, HttpResponseBadRequest
 
 from core.exports import EXPORT_FORMATS, download
 
 from .filters import BugFilter
-from .models import Bug
+from .selectors import visible_bugs, visible_reproducers
 
 CATALOG_COLUMNS = [
     "bug", "title", "framework", "framework_versions", "fault_location", "root_cause_category", "reproduction",
@@ -17,7 +17,8 @@ CATALOG_COLUMNS = [
 
 def catalog_bugs(user=None):
     """The bugs the catalog page lists to ``user`` (None: the public), before its filter."""
-    return Bug.objects.visible_to(user).annotate(reproducer_count=Count("reproducers")).order_by("bug_id")
+    shown = Q(reproducers__in=visible_reproducers(user))
+    return visible_bugs(user).annotate(reproducer_count=Count("reproducers", filter=shown)).order_by("bug_id")
 
 
 def catalog_filter(query, user=None):

@@ -50,20 +50,8 @@ class BugStatus(models.TextChoices):
     DEPRECATED = "deprecated", "Deprecated"
 
 
-class BugQuerySet(models.QuerySet):
-    def visible_to(self, user=None):
-        """The public catalog: every bug but those still waiting for their first approval, which only
-        their submitter and the maintainers see (a rejected submission never becomes public)."""
-        if user is not None and user.has_perm("bugs.approve_reproducerversion"):
-            return self
-        own = models.Q(submitted_by=user) if user is not None and user.is_authenticated else models.Q(pk__in=[])
-        return self.filter(~models.Q(status=BugStatus.SUBMITTED) | own)
-
-
 class Bug(models.Model):
     """A silent training error. Its ID is never renumbered or reused; retire it by deprecation."""
-
-    objects = BugQuerySet.as_manager()
 
     bug_id = models.CharField("ID", max_length=64, unique=True, validators=[validate_bug_id])
     title = models.CharField(max_length=200)

@@ -9,8 +9,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from .actions import do_review_version, do_submit_reproducer
 from .forms import BugSubmissionForm, ReproducerFilesForm, ReviewForm
-from .models import Bug, ReproducerVersion, ReviewState
+from .models import ReproducerVersion, ReviewState
 from .permissions import APPROVE_PERMISSION, can_resubmit
+from .selectors import visible_bugs
 from .submissions import SubmissionLimits, read_uploads, reproducer_problems
 from .views import highlighted, pygments_css
 
@@ -48,7 +49,7 @@ def submit_bug(request):
 
 @login_required
 def resubmit(request, bug_id):
-    bug = get_object_or_404(Bug, bug_id=bug_id)
+    bug = get_object_or_404(visible_bugs(request.user), bug_id=bug_id)
     if not can_resubmit(request.user, bug):
         raise PermissionDenied("Only the bug's submitter or a maintainer can submit new versions of it.")
     form = ReproducerFilesForm(request.POST or None, request.FILES or None)

@@ -4,6 +4,8 @@ every problem out at once, each in a sentence that says what to change.
 Nothing here executes submitted code: Python files are only parsed (``ast.parse``).
 """
 import ast
+import bz2
+import gzip
 import io
 import lzma
 import posixpath
@@ -12,14 +14,24 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
-import yaml
 from django.conf import settings
 
-from .models import Strategy
+from core.untrusted import UntrustedInputError, load_yaml, text_problem
+
+from .models import ReproducerVersion, Strategy
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 ARCHIVE_READ_FACTOR = 4  # an archive may be at most this many times the unpacked limit (text compresses)
+TAR_BYTES_PER_ENTRY = 4096  # a header, a pax or long-name header, padding: what a tar adds to each member
+TAR_END_BYTES = 20 * 512  # the end-of-archive blocks and the padding of the last record
+# What the runner itself makes in a run directory beside the reproducer's files (runners/execution.py: the
+# private tmp and the report; runners/detectors/traincheck.py: its work folder and script): a file or folder
+# of the reproducer with one of these names would clash with them.
+RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck", ".traincheck-run.sh"})
+NAME_MAX_BYTES = 255  # the longest file or folder name Linux file systems take
+MAX_STORED_INTEGER = 2**31 - 1  # the largest whole number an integer column holds on every database
 MANIFEST_NAME = "reproducer.yaml"
+ENTRYPOINT_MAX_LENGTH = ReproducerVersion._meta.get_field("entrypoint").max_length
 REQUIRED_MANIFEST_FIELDS = ("entrypoint", "strategy", "default_steps", "needs")
 # What the protocol asks every reproducer to say (docs/reproducer-protocol.md): any of the spellings, and why.
 PROTOCOL_TOKENS = [
@@ -43,6 +55,16 @@ class SubmissionLimits:
     def from_settings(cls):
         return cls(settings.SILENTBENCH_SUBMISSION_MAX_FILES, settings.SILENTBENCH_SUBMISSION_MAX_FILE_BYTES,
                    settings.SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES)
+
+    @property
+    def max_entries(self):
+        """Members of an archive, folders and links included: a folder for each file at most."""
+        return 2 * self.max_files
+
+    @property
+    def max_unpacked_bytes(self):
+        """A tar archive's uncompressed stream: the files, plus the headers and padding of every entry."""
+        return self.max_total_bytes + TAR_BYTES_PER_ENTRY * self.max_entries + TAR_END_BYTES
 
 
 def _kib(n):
@@ -72,70 +94,135 @@ def read_uploads(uploads, limits=None):
     files, problems = {}, []
     for upload in uploads:
         name = posixpath.basename(upload.name.replace("\\", "/"))
-        if upload.size > limits.max_file_bytes:
+        if path_problem(name):
+            problems.append(path_problem(name))
+        elif upload.size > limits.max_file_bytes:
             problems.append(_too_big(name, upload.size, limits))
-            continue
-        _add_text(files, problems, name, upload.read(limits.max_file_bytes + 1))
+        else:
+            _add_text(files, problems, name, upload.read(limits.max_file_bytes + 1))
     _check_total(files, problems, limits)
     return files, problems
 
 
+class ArchiveTooLarge(Exception):
+    """A tar archive's uncompressed stream passed ``SubmissionLimits.max_unpacked_bytes``."""
+
+
+class _Unpacked:
+    """The uncompressed stream of a tar archive (plain, gzip, bzip2 or xz, told by its first bytes), read
+    once, front to back, by tarfile's stream mode. Past ``budget`` bytes it raises ArchiveTooLarge: whatever
+    the headers say (300,000 folders, a pax header of a gigabyte), no more than that is ever decompressed."""
+
+    def __init__(self, data, budget):
+        raw = io.BytesIO(data)
+        if data.startswith(b"\x1f\x8b"):
+            self.stream = gzip.GzipFile(fileobj=raw)
+        elif data.startswith(b"BZh"):
+            self.stream = bz2.BZ2File(raw)
+        elif data.startswith(b"\xfd7zXZ\x00"):
+            self.stream = lzma.LZMAFile(raw)
+        else:
+            self.stream = raw
+        self.budget, self.given = budget, 0
+
+    def read(self, size=-1):
+        allowed = self.budget + 1 - self.given  # one byte more than the budget tells "too large" from "just fits"
+        chunk = self.stream.read(allowed if size < 0 else min(size, allowed))
+        self.given += len(chunk)
+        if self.given > self.budget:
+            raise ArchiveTooLarge
+        return chunk
+
+
 def read_archive(upload, limits):
-    """Regular files of a .zip or .tar(.gz). Members are read one at a time and reading stops as soon as a
-    limit is passed, so an archive of millions of empty entries costs no more than one over the limit."""
+    """Regular files of a .zip or a .tar (plain, .gz, .bz2 or .xz). Every entry counts, folders and links
+    too, and reading stops at the first limit passed, so an archive costs at most what an accepted one does:
+    a tar's stream is never decompressed past ``limits.max_unpacked_bytes``, nor a file past its limit."""
     if upload.size > ARCHIVE_READ_FACTOR * limits.max_total_bytes:
         return {}, [f"{upload.name}: {_kib(upload.size)} compressed; a reproducer unpacks to at most "
                     f"{_kib(limits.max_total_bytes)}."]
     data = upload.read()
-    cap = limits.max_file_bytes + 1  # never decompress more than one file's limit
-    members = []
     try:
-        if upload.name.lower().endswith(".zip"):
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                for info in archive.infolist():
-                    if not info.is_dir():
-                        is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
-                        members.append((info.filename, info.file_size, is_link,
-                                        lambda info=info, archive=archive: archive.open(info).read(cap)))
-                    if _over_limits(members, limits):
-                        break
-                return _read_members(members, limits)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            for info in archive:  # lazily: getmembers() would read every header first
-                if not info.isdir():
-                    members.append((info.name, info.size, not info.isfile(),
-                                    lambda info=info, archive=archive: archive.extractfile(info).read(cap)))
-                if _over_limits(members, limits):
-                    break
-            return _read_members(members, limits)
+        entries = _zip_entries(data, limits) if upload.name.lower().endswith(".zip") else _tar_entries(data, limits)
+        members, problems = _read_entries(entries, limits)
+    except ArchiveTooLarge:
+        return {}, [f"{upload.name}: its tar stream is longer than {_kib(limits.max_unpacked_bytes)} (files, headers "
+                    f"and folders together), more than a reproducer of {_kib(limits.max_total_bytes)} needs."]
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, RuntimeError, NotImplementedError,
             zlib.error, lzma.LZMAError) as error:  # encrypted or unsupported members, corrupt streams
         return {}, [f"{upload.name}: not a readable archive ({error})."]
+    if problems:
+        return {}, problems
+    return _archive_files(members, limits)
 
 
-def _over_limits(members, limits):
-    return len(members) > limits.max_files or sum(size for _, size, _, _ in members) > limits.max_total_bytes
+def _zip_entries(data, limits):
+    """(name, kind, size, read) of each member: kind is file, dir or link; ``read()`` gives at most one file's
+    limit and one byte."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
+            kind = "dir" if info.is_dir() else "link" if is_link else "file"
+            yield (info.filename, kind, info.file_size,
+                   lambda info=info: archive.open(info).read(limits.max_file_bytes + 1))
 
 
-def _read_members(members, limits):
+def _tar_entries(data, limits):
+    """Like ``_zip_entries``, in one pass over the stream: ``read()`` works until the next entry is taken."""
+    with tarfile.open(fileobj=_Unpacked(data, limits.max_unpacked_bytes), mode="r|") as archive:
+        for info in archive:
+            kind = "dir" if info.isdir() else "file" if info.isfile() else "link"
+            yield (info.name, kind, info.size,
+                   lambda info=info: archive.extractfile(info).read(limits.max_file_bytes + 1))
+
+
+def _read_entries(entries, limits):
+    """[(name, kind, size, data)] of the entries, each regular file read if it is within its limit, or the
+    problem with the whole archive: reading stops at the first entry past a limit."""
+    members, count, files, total = [], 0, 0, 0
+    for name, kind, size, read in entries:
+        count += 1
+        if count > limits.max_entries:
+            return [], [f"The archive holds more than {limits.max_entries} entries (files and folders), the most "
+                        "that are accepted."]
+        if kind != "dir":
+            files += 1
+            total += size
+        if files > limits.max_files:
+            return [], [f"The archive holds more than {limits.max_files} files, the most that are accepted."]
+        if total > limits.max_total_bytes:
+            return [], [f"The archive unpacks to more than {_kib(limits.max_total_bytes)}, the limit for a reproducer."]
+        members.append((name, kind, size, read() if kind == "file" and size <= limits.max_file_bytes else None))
+    return members, []
+
+
+def _archive_files(members, limits):
+    """``{path: text}`` and the problems, paths relative to the archive's one top folder if it has one."""
+    members = [(_without_dot_prefix(name).rstrip("/") if kind == "dir" else _without_dot_prefix(name), kind, size,
+                data) for name, kind, size, data in members]
+    prefix = _common_folder([name for name, kind, _, _ in members if kind != "dir"])
     files, problems = {}, []
-    if len(members) > limits.max_files:
-        return {}, [f"The archive holds more than {limits.max_files} files, the most that are accepted."]
-    if sum(size for _, size, _, _ in members) > limits.max_total_bytes:
-        return {}, [f"The archive unpacks to more than {_kib(limits.max_total_bytes)}, the limit for a reproducer."]
-    prefix = _common_folder([name for name, _, _, _ in members])
-    for name, size, is_link, read in members:
-        path = posixpath.normpath(name[len(prefix):])
-        if name.startswith("/") or path.startswith("..") or "\\" in name:
-            problems.append(f"{name}: paths must stay inside the reproducer's folder.")
-        elif is_link:
-            problems.append(f"{name}: links and special files are not accepted, only regular files.")
-        elif size > limits.max_file_bytes:
+    for name, kind, size, data in members:
+        if kind == "dir" and (name in ("", ".") or name + "/" == prefix):
+            continue  # the archive's root, or the reproducer's folder itself
+        path = name[len(prefix):] if name.startswith(prefix) else name
+        if path_problem(path):
+            problems.append(path_problem(path))
+        elif kind == "link":
+            problems.append(f"{path}: links and special files are not accepted, only regular files.")
+        elif kind == "file" and size > limits.max_file_bytes:
             problems.append(_too_big(path, size, limits))
-        else:
-            _add_text(files, problems, path, read())
+        elif kind == "file":
+            _add_text(files, problems, path, data)
     _check_total(files, problems, limits)
     return files, problems
+
+
+def _without_dot_prefix(name):
+    """'repro.py' for './repro.py', as tar writes the members of ``tar -cf x.tar .``."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name
 
 
 def _common_folder(names):
@@ -146,14 +233,35 @@ def _common_folder(names):
     return ""
 
 
+def path_problem(path):
+    """Why a file or folder of a reproducer may not be called ``path`` ('/' between folders), or ''."""
+    parts = path.split("/")
+    if text_problem(path) or any(ord(char) < 32 or ord(char) == 127 for char in path):
+        return f"{ascii(path)}: control characters (such as NUL) and invalid UTF-8 are not accepted in file names."
+    if path.startswith("/") or "\\" in path or any(part in ("", ".", "..") for part in parts):
+        return f"{path}: paths must stay inside the reproducer's folder, with no '.', '..' or empty part."
+    if any(len(part.encode()) > NAME_MAX_BYTES for part in parts):
+        return f"{path[:80]}...: a name is longer than {NAME_MAX_BYTES} bytes."
+    if parts[0] in RUN_DIRECTORY_NAMES:
+        return (f"{path}: the runner makes its own {parts[0]} in the run directory (reserved: "
+                f"{', '.join(sorted(RUN_DIRECTORY_NAMES))}); choose another name.")
+    return ""
+
+
 def _add_text(files, problems, name, data):
     if name in files:
         problems.append(f"{name}: given twice.")
         return
     try:
-        files[name] = data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         problems.append(f"{name}: not UTF-8 text; a reproducer is source code and a manifest, no binaries.")
+        return
+    if "\x00" in text:
+        problems.append(f"{name}: holds NUL bytes, so it is not text; a reproducer is source code and a manifest, "
+                        "no binaries.")
+        return
+    files[name] = text
 
 
 def _check_total(files, problems, limits):
@@ -163,25 +271,28 @@ def _check_total(files, problems, limits):
 
 
 def manifest_problems(manifest, files):
-    """What is wrong with a parsed reproducer.yaml, given the reproducer's files (shared with the catalog loader)."""
+    """What is wrong with a parsed reproducer.yaml, given the reproducer's files (shared with the catalog loader).
+    Every number that is stored in a column must fit it, on every database."""
     if not isinstance(manifest, dict):
         return [f"{MANIFEST_NAME} must be a mapping of fields (see docs/reproducer-protocol.md)."]
     problems = [f"{MANIFEST_NAME}: '{name}' is not declared." for name in REQUIRED_MANIFEST_FIELDS
                 if name not in manifest]
     if "strategy" in manifest and manifest["strategy"] not in Strategy.values:
         problems.append(f"{MANIFEST_NAME}: strategy must be one of {', '.join(Strategy.values)}.")
-    if "entrypoint" in manifest and manifest["entrypoint"] not in files:
-        problems.append(f"{MANIFEST_NAME}: entrypoint {manifest['entrypoint']!r} is not among the files.")
-    if "default_steps" in manifest and not (isinstance(manifest["default_steps"], int)
-                                            and 1 <= manifest["default_steps"] <= 100_000):
+    entrypoint = manifest.get("entrypoint")
+    if "entrypoint" in manifest and not (isinstance(entrypoint, str) and entrypoint in files):
+        problems.append(f"{MANIFEST_NAME}: entrypoint {entrypoint!r} is not among the files.")
+    elif isinstance(entrypoint, str) and len(entrypoint) > ENTRYPOINT_MAX_LENGTH:
+        problems.append(f"{MANIFEST_NAME}: entrypoint is longer than {ENTRYPOINT_MAX_LENGTH} characters.")
+    if "default_steps" in manifest and not _whole_number(manifest["default_steps"], 1, 100_000):
         problems.append(f"{MANIFEST_NAME}: default_steps must be a whole number from 1 to 100000.")
     needs = manifest.get("needs", {})
     if not isinstance(needs, dict):
         problems.append(f"{MANIFEST_NAME}: needs must be a mapping (cuda, gpus, world_size, time_limit_seconds, ...).")
         return problems
     for name in ("gpus", "world_size", "time_limit_seconds", "memory_mb"):
-        if name in needs and not (isinstance(needs[name], int) and needs[name] >= 0):
-            problems.append(f"{MANIFEST_NAME}: needs.{name} must be a whole number.")
+        if name in needs and not _whole_number(needs[name], 0, MAX_STORED_INTEGER):
+            problems.append(f"{MANIFEST_NAME}: needs.{name} must be a whole number from 0 to {MAX_STORED_INTEGER}.")
     if "cuda" in needs and not isinstance(needs["cuda"], bool):
         problems.append(f"{MANIFEST_NAME}: needs.cuda must be true or false.")
     memory = needs.get("gpu_memory_gb", 0)
@@ -190,15 +301,19 @@ def manifest_problems(manifest, files):
     return problems
 
 
+def _whole_number(value, minimum, maximum):
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum
+
+
 def reproducer_problems(files):
     """(manifest, problems) of a reproducer's files: manifest fields, Python syntax, protocol."""
     if MANIFEST_NAME not in files:
         return {}, [f"No {MANIFEST_NAME}: it declares the entrypoint, strategy, default steps and needs "
                     f"(docs/reproducer-protocol.md)."]
     try:
-        manifest = yaml.safe_load(files[MANIFEST_NAME])
-    except yaml.YAMLError as error:
-        return {}, [f"{MANIFEST_NAME} is not valid YAML: {error}"]
+        manifest = load_yaml(files[MANIFEST_NAME], max_bytes=settings.SILENTBENCH_MAX_MANIFEST_BYTES)
+    except UntrustedInputError as error:
+        return {}, [f"{MANIFEST_NAME}: {error}"]
     problems = manifest_problems(manifest, files)
     sources = {path: text for path, text in files.items() if path.endswith(".py")}
     if not sources:
@@ -208,6 +323,8 @@ def reproducer_problems(files):
             ast.parse(text, filename=path)
         except SyntaxError as error:
             problems.append(f"{path}, line {error.lineno}: {error.msg} (the code does not parse).")
+        except (RecursionError, MemoryError):  # how Python's parser says that its stack is full
+            problems.append(f"{path}: nested too deeply for Python's parser (the code does not parse).")
     code = "\n".join(sources.values())
     problems += [f"The code never mentions {spellings[0]}: a reproducer must {what} (docs/reproducer-protocol.md)."
                  for spellings, what in PROTOCOL_TOKENS if sources and not any(s in code for s in spellings)]

@@ -1,6 +1,6 @@
 from functools import cache, lru_cache
 
-from django.db.models import Count
+from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, render
 from django_filters.views import FilterView
 from pygments import highlight
@@ -11,7 +11,8 @@ from pygments.util import ClassNotFound
 
 from .exports import catalog_bugs
 from .filters import BugFilter
-from .models import Bug, Reproducer, ReproducerVersion
+from .models import ReproducerVersion
+from .selectors import visible_bugs, visible_reproducers, visible_versions
 
 
 class BugListView(FilterView):
@@ -48,16 +49,16 @@ def _highlight(filename, text):
     return highlight(text, lexer, HtmlFormatter(cssclass="code", linenos="table"))
 
 
-def reproducer_cards(reproducers):
-    """What a reproducer card shows: its latest approved version's files, highlighted (the runs and the
-    stability checks are added by runners' ``execution_of`` template tag).
+def reproducer_cards(reproducers, user):
+    """What a reproducer card shows: the files of its latest approved version, or, while none is approved,
+    of its latest version that ``user`` may see (their own submission, or any for a maintainer), highlighted
+    (the runs and the stability checks are added by runners' ``execution_of`` template tag).
 
     Two queries whatever the number of reproducers (a bug page must not grow with its history).
     """
     reproducers = list(reproducers)
     ids = [reproducer.pk for reproducer in reproducers]
     versions_of = ReproducerVersion.objects.filter(reproducer__in=ids)
-    # The code shown is the latest approved version, while a newer one waits for review.
     latest_ids = {**versions_of.latest_ids(), **versions_of.approved().latest_ids()}
     version_counts = dict(versions_of.order_by().values_list("reproducer").annotate(n=Count("id")))
     versions = ReproducerVersion.objects.in_bulk(latest_ids.values())
@@ -76,20 +77,22 @@ def pygments_css():
 
 
 def bug_detail(request, bug_id):
-    bug = get_object_or_404(Bug.objects.visible_to(request.user), bug_id=bug_id)
+    bug = get_object_or_404(visible_bugs(request.user), bug_id=bug_id)
     return render(request, "bugs/bug_detail.html", {
-        "bug": bug, "reproducers": reproducer_cards(Reproducer.objects.filter(bug=bug)),
+        "bug": bug, "reproducers": reproducer_cards(visible_reproducers(request.user).filter(bug=bug), request.user),
         "pygments_css": pygments_css(),
     })
 
 
 def pipeline_list(request):
-    pipelines = Reproducer.objects.filter(bug__isnull=True).prefetch_related("versions").order_by("name")
+    pipelines = (visible_reproducers(request.user).filter(bug__isnull=True)
+                 .prefetch_related(Prefetch("versions", visible_versions(request.user).defer("files", "manifest")))
+                 .order_by("name"))
     return render(request, "bugs/pipeline_list.html", {"pipelines": pipelines})
 
 
 def pipeline_detail(request, name):
-    pipeline = get_object_or_404(Reproducer, bug__isnull=True, name=name)
+    pipeline = get_object_or_404(visible_reproducers(request.user), bug__isnull=True, name=name)
     return render(request, "bugs/pipeline_detail.html", {
-        "pipeline": pipeline, "reproducers": reproducer_cards([pipeline]), "pygments_css": pygments_css(),
+        "pipeline": pipeline, "reproducers": reproducer_cards([pipeline], request.user), "pygments_css": pygments_css(),
     })

@@ -1,5 +1,6 @@
 """The export formats every table downloads in: CSV, Markdown, LaTeX (booktabs) and JSON, the same
 text on the web and from ``manage.py export``."""
+import html
 import io
 import json
 
@@ -40,12 +41,16 @@ def _defuse_formula(value):
 
 
 def _markdown(table):
+    """A GitHub-flavoured Markdown table. Each cell is one line of text whatever it holds: HTML's special
+    characters become entities (no renderer passes them as markup), backslashes and pipes are escaped (no
+    new column) and every line break, CR, LF, CRLF, U+2028 and the rest, becomes a space (no new row)."""
     def cell(value):
         if value is None or (isinstance(value, float) and pd.isna(value)):
             return "–"
-        return str(value).replace("|", "\\|").replace("\n", " ")
+        text = html.escape(" ".join(str(value).splitlines()), quote=False)
+        return text.replace("\\", "\\\\").replace("|", "\\|")
 
-    header = "| " + " | ".join(table.columns) + " |"
+    header = "| " + " | ".join(cell(c) for c in table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
     lines = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join([header, rule, *lines]) + "\n"

@@ -2,11 +2,12 @@
 bugs and reproducers. Maintainer (the Maintainers group): approve, trigger runs, deprecate.
 Staff: the admin. The API applies the same rules to a token's user."""
 MAINTAINERS_GROUP = "Maintainers"
-MAINTAINER_PERMISSIONS = [
-    ("runners", "trigger_campaign"),
-    ("bugs", "approve_reproducerversion"),
-    ("bugs", "deprecate_bug"),
-]
+# The maintainer's permissions, as views (permission_required), templates (perms) and predicates name them.
+TRIGGER_PERMISSION = "runners.trigger_campaign"
+APPROVE_PERMISSION = "bugs.approve_reproducerversion"
+DEPRECATE_PERMISSION = "bugs.deprecate_bug"
+MAINTAINER_PERMISSIONS = [tuple(name.split(".")) for name in (TRIGGER_PERMISSION, APPROVE_PERMISSION,
+                                                                  DEPRECATE_PERMISSION)]
 
 ANONYMOUS, CONTRIBUTOR, MAINTAINER, STAFF = "anonymous", "contributor", "maintainer", "staff"
 

@@ -25,7 +25,7 @@ class ResultsView(APIView):
     ], responses={200: dict})
     def get(self, request):
         try:
-            results = Results(request.query_params)
+            results = Results(request.query_params, request.user)
         except NotFound as error:
             raise NotFoundError(str(error)) from error
         if results.errors:

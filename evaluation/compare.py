@@ -12,8 +12,10 @@ from core.enums import Variant
 from runners.detectors.plain import PlainBaseline
 from runners.failures import breakdown, failure_counts
 from runners.models import Campaign, Environment, Run
+from runners.selectors import visible_campaigns, visible_runs
 
 from .filters import ResultFilterForm
+from .results import results_viewer
 from .tables import judged_runs
 
 PLAIN = PlainBaseline.name
@@ -39,10 +41,10 @@ class Side:
     runs: object  # QuerySet of runs
 
 
-def side_choices():
-    """Grouped choices for a side: campaigns, environments, torch versions, GPU models."""
+def side_choices(viewer=None):
+    """Grouped choices for a side: campaigns (those ``viewer`` may see), environments, torch versions, GPU models."""
     environments = Environment.objects.order_by("torch", "gpu", "host")
-    campaigns = Campaign.objects.order_by("-created_at", "-id")[:200]
+    campaigns = visible_campaigns(viewer).order_by("-created_at", "-id")[:200]
     return [
         ("Campaign", [(f"campaign:{c.pk}", f"#{c.pk} {c.name}") for c in campaigns]),
         ("Environment", [(f"environment:{e.pk}", str(e)) for e in environments]),
@@ -77,9 +79,9 @@ class CompareForm(forms.Form):
     b = forms.ChoiceField(label="Side B (after)")
     only_changes = forms.BooleanField(required=False, label="Only rows that changed")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, viewer=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["a"].choices = self.fields["b"].choices = [("", "–")] + side_choices()
+        self.fields["a"].choices = self.fields["b"].choices = [("", "–")] + side_choices(viewer)
 
 
 def tally(judged):
@@ -184,19 +186,21 @@ class Comparison:
         return summary(self.rows)
 
 
-def compare_query(query):
+def compare_query(query, user=None):
     """(compare form, filter form, Comparison or None) for a query string: ``a`` and ``b`` name the
-    sides, ``only_changes`` and the results filter fields (detectors, bugs...) narrow the rows."""
+    sides, ``only_changes`` and the results filter fields (detectors, bugs...) narrow the rows. The
+    runs compared are those of the result tables for ``user`` (evaluation.results.results_viewer)."""
+    viewer = results_viewer(user)
     if not (query.get("a") and query.get("b")):  # a side or none chosen yet: preselect, no errors
         form = CompareForm(initial={"a": query.get("a", ""), "b": query.get("b", ""),
-                                    "only_changes": bool(query.get("only_changes"))})
+                                    "only_changes": bool(query.get("only_changes"))}, viewer=viewer)
     else:
-        form = CompareForm(query)
-    filters = ResultFilterForm(query)
+        form = CompareForm(query, viewer=viewer)
+    filters = ResultFilterForm(query, user=viewer)
     if not form.is_bound or not form.is_valid():
         return form, filters, None
     criteria = filters.criteria()
     a, b = side(form.cleaned_data["a"]), side(form.cleaned_data["b"])
-    runs_a, runs_b = criteria.runs(a.runs), criteria.runs(b.runs)
+    runs_a, runs_b = (criteria.runs(visible_runs(viewer, chosen.runs)) for chosen in (a, b))
     return form, filters, Comparison(a, b, comparison(runs_a, runs_b), form.cleaned_data["only_changes"],
                                      failures_by_kind(runs_a, runs_b))

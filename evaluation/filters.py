@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from django import forms
 
 from bugs.models import Bug, FaultLocation, Framework
+from bugs.selectors import visible_bugs, visible_reproducers
 from runners.models import Detector
 
 from .metrics import Outcome
@@ -23,11 +24,13 @@ class ResultFilterForm(forms.Form):
     outcome = forms.ChoiceField(required=False, choices=ANY + [(o, o) for o in OUTCOMES],
                                 label="Matrix outcome", help_text="Rows of the detection matrix with this outcome")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, user=None, **kwargs):
+        """The bugs offered are those with a reproducer that ``user`` may see (None: the public)."""
         super().__init__(*args, **kwargs)
         self.fields["detector"].choices = [
             (name, name) for name in Detector.objects.order_by("name").values_list("name", flat=True).distinct()]
-        bug_ids = Bug.objects.filter(reproducers__isnull=False).order_by("bug_id").values_list("bug_id", flat=True)
+        bug_ids = (visible_bugs(user).filter(reproducers__in=visible_reproducers(user)).order_by("bug_id")
+                   .values_list("bug_id", flat=True))
         self.fields["bug"].choices = [(bug_id, bug_id) for bug_id in bug_ids.distinct()]
 
     def criteria(self):

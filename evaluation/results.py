@@ -7,7 +7,11 @@ from functools import cached_property
 import pandas as pd
 from django.core.cache import cache
 
-from runners.models import Campaign, Run
+from bugs.models import Bug
+from bugs.permissions import sees_unreviewed
+from bugs.selectors import visible_bugs
+from runners.models import Run
+from runners.selectors import visible_campaigns, visible_runs
 
 from .filters import ResultFilterForm
 from .models import Evaluation
@@ -57,6 +61,12 @@ def _id(query, name):
     return int(value)
 
 
+def results_viewer(user):
+    """Whose view of the runs the result tables take: a maintainer's (every run), or else the public's
+    (None), the same for every other user so that their tables are computed and cached once."""
+    return user if sees_unreviewed(user) else None
+
+
 def without_nan(frame):
     """The frame with None for missing values (pandas' NaN would print as "nan")."""
     return frame.astype(object).where(frame.notna(), None)
@@ -73,27 +83,29 @@ class Results:
     evaluation's runs, since their rows pool many bugs.
     """
 
-    def __init__(self, query):
+    def __init__(self, query, user=None):
         evaluation_id, campaign_id = _id(query, "evaluation"), _id(query, "campaign")
-        self.form = ResultFilterForm(query)
+        self.viewer = results_viewer(user)
+        self.form = ResultFilterForm(query, user=self.viewer)
         self.criteria = self.form.criteria()
         self.evaluation = None
         self._campaign_completed_at = None
+        campaigns = visible_campaigns(self.viewer)
         if campaign_id is not None:
-            completed = list(Campaign.objects.filter(pk=campaign_id).values_list("completed_at", flat=True))
+            completed = list(campaigns.filter(pk=campaign_id).values_list("completed_at", flat=True))
             if not completed:
                 raise NotFound(f"No campaign #{campaign_id}.")
             self._campaign_completed_at = completed[0]
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
-            evaluations = Evaluation.objects.select_related("campaign")
+            evaluations = Evaluation.objects.filter(campaign__in=campaigns).select_related("campaign")
             self.evaluation = (evaluations.filter(pk=evaluation_id) if evaluation_id is not None
                                else evaluations).first()
             if evaluation_id is not None and self.evaluation is None:
                 raise NotFound(f"No evaluation #{evaluation_id}.")
             runs = self.evaluation.campaign.runs.all() if self.evaluation else Run.objects.all()
         self.campaign_id = campaign_id
-        self.runs = self.criteria.runs(runs)
+        self.runs = self.criteria.runs(visible_runs(self.viewer, runs))
 
     @property
     def errors(self):
@@ -120,7 +132,14 @@ class Results:
             frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
         else:
             frame = compute(judged=self.judged)
-        return without_nan(self.criteria.rows(frame, outcome=name == "detection"))
+        return without_nan(self.criteria.rows(self._visible_rows(frame), outcome=name == "detection"))
+
+    def _visible_rows(self, frame):
+        """A table without the rows of bugs the viewer may not see (a stored table keeps its bugs' IDs)."""
+        if "bug" not in frame or self.viewer is not None:
+            return frame
+        hidden = Bug.objects.exclude(pk__in=visible_bugs(None).values("pk")).values_list("bug_id", flat=True)
+        return frame[~frame["bug"].isin(set(hidden))]
 
     @cached_property
     def _tables(self):
@@ -142,7 +161,8 @@ class Results:
             return None
         filters = repr(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))
         digest = hashlib.sha256(filters.encode()).hexdigest()[:16]
-        return f"results:campaign:{self.campaign_id}:{completed.isoformat()}:{digest}"
+        audience = "public" if self.viewer is None else "all"
+        return f"results:campaign:{self.campaign_id}:{completed.isoformat()}:{audience}:{digest}"
 
     def _cached(self, part, compute):
         if self._cache_key is None:

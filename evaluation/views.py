@@ -2,7 +2,7 @@ from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import render
 
 from core.exports import EXPORT_FORMATS, download
-from runners.models import Campaign
+from runners.selectors import visible_campaigns
 
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
 from .compare import compare_query, comparison_frame
@@ -13,7 +13,7 @@ from .tables import matrix
 
 def selected_results(request):
     try:
-        return Results(request.GET)
+        return Results(request.GET, request.user)
     except NotFound as error:
         raise Http404(str(error)) from error
 
@@ -30,8 +30,8 @@ def results(request):
         "overhead": overhead.to_dict("records"), "fits": results.fits,
         "heatmap": detection_heatmap(detection), "false_positive_chart": false_positive_chart(false_positives),
         "latency_chart": latency_chart(results.run_latencies()), "overhead_chart": overhead_chart(overhead),
-        "campaigns": Campaign.objects.order_by("-created_at")[:50],
-        "evaluations": Evaluation.objects.all()[:20],
+        "campaigns": visible_campaigns(results.viewer).order_by("-created_at")[:50],
+        "evaluations": Evaluation.objects.filter(campaign__in=visible_campaigns(results.viewer))[:20],
         "query": request.GET.urlencode(),
         "formats": list(EXPORT_FORMATS), "tables": list(TABLES),
     })
@@ -47,7 +47,7 @@ def export_table(request, table, fmt):
 
 
 def compare(request):
-    form, filters, result = compare_query(request.GET)
+    form, filters, result = compare_query(request.GET, request.user)
     return render(request, "evaluation/compare.html", {
         "form": form, "filter_form": filters, "comparison": result, "query": request.GET.urlencode(),
         "formats": list(EXPORT_FORMATS),
@@ -57,7 +57,7 @@ def compare(request):
 def compare_export(request, fmt):
     if fmt not in EXPORT_FORMATS:
         raise Http404("Unknown format.")
-    form, filters, result = compare_query(request.GET)
+    form, filters, result = compare_query(request.GET, request.user)
     if result is None or filters.errors:
         errors = form.errors.as_text() or filters.errors.as_text() or "choose sides a and b"
         return HttpResponseBadRequest(f"Invalid comparison: {errors}", content_type="text/plain")

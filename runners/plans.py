@@ -18,6 +18,7 @@ from .registry import detector_record, sync_detectors
 from .selectors import runnable_versions
 
 MAX_SEEDS = 100
+MAX_SEED = 10**6  # the largest seed (the builder, the API): a Run.seed column holds it on every database
 MAX_STEPS = 100_000
 
 
@@ -101,8 +102,8 @@ class CampaignPlan:
         bad_variants = [variant for variant in variants if variant not in Variant.values]
         if not variants or bad_variants:
             problems["variants"] = [f"Pick buggy, fixed or both{f' (not {bad_variants})' if bad_variants else ''}."]
-        if not seeds or len(seeds) > MAX_SEEDS or any(seed < 0 for seed in seeds):
-            problems["seeds"] = [f"Give between 1 and {MAX_SEEDS} seeds, none negative."]
+        if not seeds or len(seeds) > MAX_SEEDS or any(not 0 <= seed <= MAX_SEED for seed in seeds):
+            problems["seeds"] = [f"Give between 1 and {MAX_SEEDS} seeds, each from 0 to {MAX_SEED}."]
         if steps is not None and not 1 <= steps <= MAX_STEPS:
             problems["steps"] = [f"Steps must be between 1 and {MAX_STEPS}."]
         if problems:

@@ -1,13 +1,14 @@
-"""Read-only questions about runs, workers and what can run; the pages, the API, the commands and the
-actions share them (runners.actions writes)."""
+"""Read-only questions about runs, workers and what can run, and what each user may see of runs, their
+alarms and campaigns; the pages, the API, the commands and the actions share them (runners.actions writes)."""
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from bugs.models import BugStatus, ReproducerVersion
+from bugs.selectors import hidden_version_ids
 
-from .models import CampaignPurpose, Run, Worker
+from .models import Alarm, Campaign, CampaignPurpose, Run, Worker
 
 
 def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
@@ -32,3 +33,34 @@ def dispatched_runs():
     """The runs that go through the broker, which the reconciler looks after: all but those an overhead
     measurement creates and executes itself, one at a time (evaluation.overhead)."""
     return Run.objects.exclude(campaign__purpose=CampaignPurpose.OVERHEAD)
+
+
+def _hidden_run_versions(user):
+    """The IDs of the hidden versions (bugs.selectors) that have runs: none, unless code was hidden after it
+    ran, and then nothing is filtered (an exclusion costs a scan of every run or alarm that is counted)."""
+    hidden = hidden_version_ids(user)
+    if not hidden:
+        return []
+    return list(Run.objects.filter(reproducer_version__in=hidden).order_by()
+                .values_list("reproducer_version", flat=True).distinct())
+
+
+def visible_runs(user, runs=None):
+    """The runs (of ``runs``, default all) whose reproducer version ``user`` may see."""
+    runs = Run.objects.all() if runs is None else runs
+    hidden = _hidden_run_versions(user)
+    return runs.exclude(reproducer_version__in=hidden) if hidden else runs
+
+
+def visible_alarms(user):
+    """The alarms of the runs ``user`` may see."""
+    hidden = _hidden_run_versions(user)
+    alarms = Alarm.objects.all()
+    return alarms.exclude(run__in=Run.objects.filter(reproducer_version__in=hidden)) if hidden else alarms
+
+
+def visible_campaigns(user):
+    """The campaigns all of whose runs ``user`` may see (a campaign's name and counts speak of every run)."""
+    hidden = _hidden_run_versions(user)
+    campaigns = Campaign.objects.all()
+    return campaigns.exclude(runs__reproducer_version__in=hidden) if hidden else campaigns

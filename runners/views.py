@@ -27,13 +27,14 @@ from .models import (
     status_counts,
 )
 from .permissions import TRIGGER_PERMISSION
-from .selectors import live_workers
+from .selectors import live_workers, visible_campaigns, visible_runs
 
 
 def run_detail(request, pk):
     run = get_object_or_404(
-        Run.objects.select_related("reproducer_version__reproducer__bug", "detector", "environment", "worker",
-                                   "campaign", "fit_artifact").defer("fit_artifact__content"), pk=pk)
+        visible_runs(request.user).select_related("reproducer_version__reproducer__bug", "detector", "environment",
+                                                  "worker", "campaign", "fit_artifact").defer("fit_artifact__content"),
+        pk=pk)
     counterpart = (Run.objects.filter(
         reproducer_version=run.reproducer_version, detector=run.detector, seed=run.seed, steps=run.steps,
         campaign=run.campaign, status=RunStatus.SUCCEEDED).exclude(variant=run.variant).order_by("-id").first())
@@ -47,7 +48,7 @@ def run_detail(request, pk):
 
 
 def campaign_list(request):
-    campaigns = Campaign.objects.select_related("created_by").order_by("-created_at", "-id")
+    campaigns = visible_campaigns(request.user).select_related("created_by").order_by("-created_at", "-id")
     page = Paginator(campaigns, 25).get_page(request.GET.get("page"))
     return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": count_runs(page.object_list)})
 
@@ -87,7 +88,7 @@ def campaign_context(request, campaign):
 
 
 def campaign_detail(request, pk):
-    campaign = get_object_or_404(Campaign.objects.select_related("created_by", "cancelled_by"), pk=pk)
+    campaign = get_object_or_404(visible_campaigns(request.user).select_related("created_by", "cancelled_by"), pk=pk)
     context = campaign_context(request, campaign)
     context["retry_form"] = RetryForm(present=context["failure_kinds"])
     return render(request, "runners/campaign_detail.html", context)
@@ -95,7 +96,7 @@ def campaign_detail(request, pk):
 
 def campaign_live(request, pk):
     """The live part of the campaign page, polled by the page while runs are queued or running."""
-    campaign = get_object_or_404(Campaign.objects.select_related("created_by", "cancelled_by"), pk=pk)
+    campaign = get_object_or_404(visible_campaigns(request.user).select_related("created_by", "cancelled_by"), pk=pk)
     return render(request, "runners/campaign_live.html", campaign_context(request, campaign))
 
 

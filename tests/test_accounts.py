@@ -1,11 +1,16 @@
-"""Sign-up, roles and named API tokens (the roles of docs/accounts.md; the API uses tokens with the same rules)."""
+"""Sign-up, roles, named API tokens and their lifecycle, and the limit on sign-in attempts (docs/accounts.md;
+the API uses tokens with the same rules)."""
 from datetime import timedelta
 
 import pytest
+from axes.models import AccessAttempt
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
+from rest_framework.throttling import SimpleRateThrottle
 
 from accounts.actions import do_create_api_token, do_revoke_api_token
 from accounts.models import ApiToken
@@ -130,7 +135,9 @@ def test_api_lists_creates_and_revokes_own_tokens():
     do_create_api_token("someone else's", acting_user=UserFactory())
     assert api().get("/api/tokens/").status_code == 401
 
-    created = api(secret).post("/api/tokens/", {"name": "second"}, format="json")
+    session = APIClient()
+    session.force_login(user)
+    created = session.post("/api/tokens/", {"name": "second"}, format="json")
     assert created.status_code == 201
     new_secret = created.json()["token"]
     listed = api(secret).get("/api/tokens/").json()["results"]
@@ -141,7 +148,7 @@ def test_api_lists_creates_and_revokes_own_tokens():
     revoked = api(secret).post(f"/api/tokens/{created.json()['id']}/revoke/")
     assert revoked.status_code == 200 and revoked.json()["revoked_at"]
     assert api(new_secret).get("/api/tokens/").status_code == 401
-    assert api(secret).post("/api/tokens/", {"name": "  "}, format="json").status_code == 400
+    assert session.post("/api/tokens/", {"name": "  "}, format="json").status_code == 400
 
 
 def test_token_endpoint_exchanges_a_password_for_a_named_token():
@@ -174,3 +181,141 @@ def test_hostile_names_are_escaped_on_the_tokens_page(client):
     content = client.get("/account/tokens/").content.decode()
     assert HOSTILE not in content
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in content
+
+
+# --- Tokens: a token cannot mint tokens; a password change revokes them (docs/accounts.md) ---
+
+def test_a_token_cannot_create_tokens_but_a_session_can():
+    user = UserFactory()
+    token, secret = do_create_api_token("laptop", acting_user=user)
+    refused = api(secret).post("/api/tokens/", {"name": "child"}, format="json")
+    assert refused.status_code == 403 and "cannot create tokens" in refused.json()["detail"]
+    assert list(ApiToken.objects.filter(user=user).values_list("name", flat=True)) == ["laptop"]
+    session = APIClient()
+    session.force_login(user)
+    assert session.post("/api/tokens/", {"name": "desktop"}, format="json").status_code == 201
+    assert api(secret).post(f"/api/tokens/{token.pk}/revoke/").status_code == 200  # revoking stays open to it
+
+
+def assert_revoked(secret):
+    response = api(secret).get("/api/tokens/")
+    assert response.status_code == 401 and "was revoked" in response.json()["detail"]
+
+
+def test_changing_the_password_revokes_every_token_of_the_account(client):
+    user = UserFactory()
+    secrets = [do_create_api_token(name, acting_user=user)[1] for name in ("laptop", "ci")]
+    _, bystander = do_create_api_token("theirs", acting_user=UserFactory())
+    client.force_login(user)
+    new_password = "another long passphrase"
+    response = client.post("/accounts/password_change/", {
+        "old_password": PASSWORD, "new_password1": new_password, "new_password2": new_password})
+    assert response.status_code == 302
+    for secret in secrets:
+        assert_revoked(secret)
+    assert api(bystander).get("/api/tokens/").status_code == 200
+    assert client.get("/account/").status_code == 200  # the session that changed it stays signed in
+
+
+def test_setting_a_password_anywhere_revokes_the_tokens():
+    """The admin, a password reset and ``manage.py changepassword`` all end in set_password and save."""
+    user = UserFactory()
+    _, secret = do_create_api_token("laptop", acting_user=user)
+    user.set_password("a new long passphrase")
+    user.save()
+    assert_revoked(secret)
+
+
+def test_rehashing_a_password_at_sign_in_is_not_a_change(client):
+    """Django re-hashes a password whose hash is outdated (here: a short salt) when it is checked; the
+    password is the same, so the tokens stay."""
+    user = UserFactory()
+    user.password = make_password(PASSWORD, salt="short", hasher="md5")
+    user.save()
+    _, secret = do_create_api_token("laptop", acting_user=user)
+    assert client.post("/accounts/login/", {"username": user.username, "password": PASSWORD}).status_code == 302
+    user.refresh_from_db()
+    assert "$short$" not in user.password  # re-hashed
+    assert api(secret).get("/api/tokens/").status_code == 200
+
+
+# --- Sign-in attempts: per account and per client address, on the site and at /api/token/ (django-axes) ---
+
+LIMIT = 3
+LOCKED = "Too many failed sign-ins"
+
+
+@pytest.fixture
+def limit(settings, monkeypatch):
+    """A small failure limit; DRF's own throttle of /api/token/ lifted (tests/test_security.py covers it), so
+    that every refusal below is the lock-out's."""
+    settings.AXES_FAILURE_LIMIT = LIMIT
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": None, "user": None, "token": None})
+    return LIMIT
+
+
+def sign_in(where, username, password, address="192.0.2.1", **headers):
+    """One sign-in attempt on the site's login form or at /api/token/, from a fresh client at ``address``."""
+    if where == "web":
+        return Client().post("/accounts/login/", {"username": username, "password": password},
+                             REMOTE_ADDR=address, **headers)
+    return APIClient().post("/api/token/", {"username": username, "password": password},
+                            REMOTE_ADDR=address, **headers)
+
+
+def failed(where):
+    return 200 if where == "web" else 400  # the form again, with its error; the API's 400
+
+
+def assert_locked(response, where):
+    assert response.status_code == 429 and int(response["Retry-After"]) == 15 * 60
+    text = response.json()["detail"] if where == "api" else response.content.decode()
+    assert LOCKED in text
+
+
+@pytest.mark.parametrize("where", ["web", "api"])
+def test_an_account_is_locked_after_failures_from_anywhere(where, limit):
+    UserFactory(username="alice")
+    statuses = [sign_in(where, "alice", "wrong", address=f"192.0.2.{n}").status_code for n in range(1, limit + 1)]
+    assert statuses == [failed(where)] * (limit - 1) + [429]
+    assert_locked(sign_in(where, "alice", PASSWORD, address="198.51.100.9"), where)  # the right password too
+    assert sign_in(where, "bob-" + where, "wrong", address="198.51.100.9").status_code == failed(where)
+
+
+@pytest.mark.parametrize("where", ["web", "api"])
+def test_a_client_is_locked_after_failures_on_any_accounts(where, limit):
+    UserFactory(username="bob")
+    statuses = [sign_in(where, f"guess{n}", "wrong").status_code for n in range(limit)]
+    assert statuses == [failed(where)] * (limit - 1) + [429]
+    assert_locked(sign_in(where, "bob", PASSWORD), where)
+    assert sign_in(where, "bob", PASSWORD, address="198.51.100.9").status_code in (201, 302)  # bob, elsewhere
+
+
+@pytest.mark.parametrize("where", ["web", "api"])
+def test_a_new_x_forwarded_for_per_attempt_changes_nothing(where, limit):
+    """Without trusted proxies (SILENTBENCH_NUM_PROXIES=0) the header is ignored: the same client still."""
+    UserFactory(username="carol")
+    statuses = [sign_in(where, f"guess{n}", "wrong", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
+                for n in range(limit)]
+    assert statuses == [failed(where)] * (limit - 1) + [429]
+    assert_locked(sign_in(where, "carol", PASSWORD, HTTP_X_FORWARDED_FOR="203.0.113.200"), where)
+
+
+def test_the_lock_out_ends_after_the_cool_off(limit, settings):
+    UserFactory(username="dave")
+    for _ in range(limit):
+        sign_in("web", "dave", "wrong")
+    assert_locked(sign_in("web", "dave", PASSWORD), "web")
+    AccessAttempt.objects.update(attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1))
+    assert sign_in("web", "dave", PASSWORD).status_code == 302
+
+
+def test_an_overlong_or_nul_username_is_refused_or_counted_within_bounds():
+    """The API refuses both (400, naming the field); Django's login form checks no length, and the attempt
+    is counted under the longest a username can be (no 500 on PostgreSQL's varchar); NUL is refused before
+    any password is checked."""
+    for username in ("x" * 10_000, "nul\x00name"):
+        response = sign_in("api", username, "wrong")
+        assert response.status_code == 400 and "username" in str(response.json())
+        assert sign_in("web", username, "wrong").status_code in (200, 400)
+    assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["x" * 150]

@@ -2,10 +2,14 @@
 and the catalog downloads."""
 import csv
 import io
+from html.parser import HTMLParser
 
+import pandas as pd
 import pytest
 from django.core.management import CommandError, call_command
+from markdown_it import MarkdownIt
 
+from core.exports import export
 from evaluation.results import TABLES
 
 from .factories import BugFactory, CampaignFactory, EvaluationFactory
@@ -112,9 +116,68 @@ def test_catalog_downloads_follow_the_catalog_filter(client):
     assert [r["bug"] for r in everything] == ["TEST-DS", "TEST-PT"] and everything[1]["title"] == HOSTILE
     latex = client.get("/catalog.tex", {"framework": "deepspeed"}).content.decode()
     assert "\\toprule" in latex and "ZeRO \\& friends | 50\\% off\\_by\\_one" in latex
-    assert "ZeRO & friends \\| 50% off_by_one" in client.get("/catalog.md").content.decode()
+    assert "ZeRO &amp; friends \\| 50% off_by_one" in client.get("/catalog.md").content.decode()
     for fmt in FORMATS:
         assert command("catalog", "--format", fmt, "--framework", "deepspeed") == client.get(
             f"/catalog.{fmt}", {"framework": "deepspeed"}).content.decode()
     assert client.get("/catalog.csv", {"framework": "cobol"}).status_code == 400
     assert client.get("/catalog.xlsx").status_code == 404
+
+
+# --- Markdown, as a renderer reads it ---
+
+class _RenderedTable(HTMLParser):
+    """The tags of rendered HTML, and the text of each table cell (row by row)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.rows, self.cell = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.rows[-1].append(self.cell)
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def rendered(markdown):
+    """Markdown as markdown-it renders it with raw HTML allowed (a README, a notebook): (tags, rows of cells)."""
+    parser = _RenderedTable()
+    parser.feed(MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown))
+    parser.close()
+    return parser.tags, parser.rows
+
+
+NASTY_CELLS = [
+    HOSTILE, "<img src=x onerror=alert(1)>", "a | b", "a \\| b", "trailing \\", "one\ntwo", "one\r\ntwo",
+    "one\rtwo", "one\u2028two", "one\u2029two\x85three", "&lt;b&gt; stays text", "<https://evil.example/>",
+]
+
+
+def test_markdown_cells_escape_html_and_pipes_and_flatten_line_breaks():
+    """Whatever a cell holds, the rendered table has exactly its rows and columns, no tag but the table's
+    own, and each cell's text is the value with its line breaks as spaces."""
+    frame = pd.DataFrame({"<b>bug</b> | id": NASTY_CELLS, "ok": range(len(NASTY_CELLS))})
+    markdown = export(frame, "md")
+    tags, rows = rendered(markdown)
+    assert set(tags) == {"table", "thead", "tbody", "tr", "th", "td"}, markdown
+    assert rows == [["<b>bug</b> | id", "ok"]] + [
+        [" ".join(value.splitlines()), str(number)] for number, value in enumerate(NASTY_CELLS)]
+
+
+def test_the_catalog_download_in_markdown_renders_as_text(client):
+    BugFactory(bug_id="TEST-MD", title=HOSTILE + "\r\n| injected | row |")
+    tags, rows = rendered(client.get("/catalog.md").content.decode())
+    assert "script" not in tags
+    header, [bug] = rows[0], rows[1:]
+    assert dict(zip(header, bug))["title"] == HOSTILE + " | injected | row |"

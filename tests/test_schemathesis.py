@@ -8,13 +8,19 @@ and no worker is needed.
 
 The maintainer gets Schemathesis' coverage phase (boundary and wrongly typed values of every field,
 unexpected methods) and fuzzing; the anonymous caller, whose writes are refused before any input is
-read, gets fuzzing only. Derandomized, so CI sees the same requests every time.
+read, gets fuzzing only. Derandomized, so CI sees the same requests every time. The requests that were
+server errors before (tests/test_hostile_input.py: huge numbers, deep nesting and aliases in a manifest, NUL
+in a path, a query or a JSON body) are explicit cases as well. bin/test runs this file on SQLite and again on
+PostgreSQL, where NUL and integers past 2**31 are what the database refuses.
 """
 import pytest
 import schemathesis
+import yaml
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
+from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, settings
 from rest_framework.throttling import SimpleRateThrottle
@@ -25,6 +31,7 @@ from accounts.actions import do_create_api_token
 from runners.registry import detector_record
 
 from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
+from .helpers import BUG_FORM, FILES, SUBMISSION_MANIFEST
 
 OPENAPI = SchemaGenerator().get_schema(request=None, public=True)
 APP = get_wsgi_application()
@@ -73,3 +80,47 @@ def maintainer_token(app_in_test_transaction):
 @bounded
 def test_maintainer_requests_cause_no_server_error(case, maintainer_token):
     case.call_and_validate(headers={"Authorization": f"Token {maintainer_token}"}, checks=[not_a_server_error])
+
+
+
+def submission(manifest_text):
+    """POST /api/submissions/ of the valid reproducer with this reproducer.yaml, as a multipart body."""
+    files = [SimpleUploadedFile(name, text.encode())
+             for name, text in {**FILES, "reproducer.yaml": manifest_text}.items()]
+    return full["/api/submissions/"]["POST"].Case(body=encode_multipart(BOUNDARY, {**BUG_FORM, "files": files}),
+                                                  media_type="multipart/form-data",
+                                                  headers={"Content-Type": MULTIPART_CONTENT})
+
+
+def preview(bugs):
+    return full["/api/campaigns/preview/"]["POST"].Case(body={"detectors": ["plain"], "bugs": bugs},
+                                                        media_type="application/json")
+
+
+def nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+MANIFEST = yaml.safe_dump(SUBMISSION_MANIFEST)
+HOSTILE_CASES = {  # name: (case, the status it gets)
+    "memory_mb past any column": (lambda: submission(MANIFEST.replace("1024", "99999999999999999999")), 400),
+    "YAML nested 5000 deep": (lambda: submission(MANIFEST + "deep: " + "[" * 5000 + "]" * 5000), 400),
+    "a YAML alias": (lambda: submission(MANIFEST + "a: &a [1]\nb: [*a, *a]\n"), 400),
+    "NUL in a path": (lambda: full["/api/bugs/{bug_id}/"]["GET"].Case(path_parameters={"bug_id": "\x00"}), 400),
+    "NUL in a query": (lambda: full["/api/bugs/"]["GET"].Case(query={"q": "\x00"}), 400),
+    "a run ID past any column": (
+        lambda: full["/api/runs/{id}/"]["GET"].Case(path_parameters={"id": 99999999999999999999}), 404),
+    "JSON nested 500 deep": (lambda: preview(nested(500)), 400),
+    "NUL in a JSON body": (lambda: preview(["GH-\x00"]), 400),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_CASES)
+def test_requests_that_were_server_errors_are_client_errors(name, maintainer_token):
+    make_case, status = HOSTILE_CASES[name]
+    response = make_case().call_and_validate(headers={"Authorization": f"Token {maintainer_token}"},
+                                             checks=[not_a_server_error])
+    assert response.status_code == status, response.text

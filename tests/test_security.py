@@ -6,8 +6,10 @@
 4. production settings: secure cookies, HSTS, HTTPS redirect, no built-in secret key, `check --deploy`;
 5. upload limits hold before anything is stored;
 6. a reproducer cannot read the secret key, database credentials or broker URL;
-7. API throttling is on.
-(Hostile text: tests/test_hostile_text.py. Schemathesis: tests/test_schemathesis.py.)
+7. API throttling is on, and counts each client by an address no header can forge;
+8. every page is served under a Content-Security-Policy that no template needs to weaken.
+(Sign-in lock-outs: tests/test_accounts.py. Hostile text: tests/test_hostile_text.py. Schemathesis:
+tests/test_schemathesis.py.)
 """
 import json
 import os
@@ -23,12 +25,13 @@ from django.conf import settings as django_settings
 from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.db import connection
-from django.test import Client
+from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
 from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
+from benchmark_site.security import client_ip
 from bugs.models import Bug, ReproducerVersion, ReviewState
 from runners import execution
 from runners.actions import do_create_campaign, do_retry_failed_runs
@@ -207,7 +210,8 @@ def test_submitting_queues_nothing(client, django_capture_on_commit_callbacks):
 
 # --- the admin ---
 
-ADMIN_ACTIONS = {"delete_selected", "revoke", "cancel", "retry_failed_runs"}
+ADMIN_ACTIONS = {"delete_selected", "revoke", "cancel", "retry_failed_runs",
+                 "cleanup_expired_attempts"}  # django-axes: forget sign-in failures past their cool-off
 
 
 def test_the_admin_offers_no_action_that_runs_or_approves():
@@ -417,7 +421,8 @@ print(json.dumps({
     "plain": [plain.status_code, plain.get("Location")],
     "health": health.status_code,
     "headers": {name: secure.get(name) for name in (
-        "Strict-Transport-Security", "X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy")},
+        "Strict-Transport-Security", "X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy",
+        "Content-Security-Policy")},
     "csrf_cookie_secure": bool(csrf and csrf["secure"]),
 }))
 """
@@ -453,8 +458,10 @@ def test_production_settings_are_secure(tmp_path):
         "FILE_UPLOAD_MAX_MEMORY_SIZE": 2 * 1024 * 1024}
     assert seen["plain"] == [301, "https://bench.example.org/accounts/login/"]
     assert seen["health"] != 301
+    csp = seen["headers"].pop("Content-Security-Policy")
     assert seen["headers"] == {"Strict-Transport-Security": "max-age=31536000", "X-Frame-Options": "DENY",
                                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
     assert seen["csrf_cookie_secure"]
     assert seen["throttles"] == ["AnonRateThrottle", "UserRateThrottle"]
     assert seen["rates"] == {"anon": "7/min", "user": "70/min", "token": "10/min"}  # from the environment
@@ -605,3 +612,87 @@ def test_api_throttling_answers_429_past_the_rate(monkeypatch):
     alice, bob = token_client(UserFactory()), token_client(UserFactory())
     assert [alice.get("/api/bugs/").status_code for _ in range(6)] == [200] * 5 + [429]
     assert bob.get("/api/bugs/").status_code == 200  # each user has a bucket of their own
+
+
+def test_a_new_x_forwarded_for_per_request_is_still_the_same_client(monkeypatch):
+    """No proxy is trusted by default (SILENTBENCH_NUM_PROXIES=0): the header anyone can send is ignored,
+    by the anonymous rate and by the password checks of /api/token/ alike."""
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "3/min", "user": None, "token": "2/min"})
+    anonymous = APIClient()
+    assert [anonymous.get("/api/bugs/", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
+            for n in range(4)] == [200, 200, 200, 429]
+    guesses = [APIClient().post("/api/token/", {"username": f"guess{n}", "password": "x"},
+                                HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code for n in range(3)]
+    assert guesses == [400, 400, 429]
+
+
+def test_behind_a_trusted_proxy_the_client_is_the_address_it_saw(monkeypatch, settings):
+    """With one proxy, the last X-Forwarded-For entry (the one the proxy appended) is the client: what a
+    client puts in front of it changes nothing, and clients behind the same proxy are apart."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "2/min", "user": None, "token": None})
+    proxy = {"REMOTE_ADDR": "10.0.0.2"}
+    spoofing = [APIClient().get("/api/bugs/", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}, 198.51.100.7", **proxy).status_code
+                for n in range(3)]
+    assert spoofing == [200, 200, 429]
+    assert APIClient().get("/api/bugs/", HTTP_X_FORWARDED_FOR="198.51.100.8", **proxy).status_code == 200
+    request = RequestFactory().get("/", HTTP_X_FORWARDED_FOR="203.0.113.1, 198.51.100.7", **proxy)
+    assert client_ip(request) == "198.51.100.7"
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 3}  # more than the chain: not an address
+    assert client_ip(RequestFactory().get("/", HTTP_X_FORWARDED_FOR="not-an-address", **proxy)) == "10.0.0.2"
+
+
+def test_an_anonymous_caller_never_counts_against_an_account(monkeypatch):
+    """Two scopes, two identities: an anonymous caller whose address reads as a user's id (possible while
+    any header could set it) does not spend that user's requests."""
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "100/min", "user": "2/min", "token": None})
+    alice = UserFactory()
+    impostor = APIClient(REMOTE_ADDR=str(alice.pk))
+    assert [impostor.get("/api/bugs/").status_code for _ in range(3)] == [200, 200, 200]
+    assert [token_client(alice).get("/api/bugs/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+SHARED_COUNT_PROBE = """
+import django, json
+django.setup()
+from django.test import Client
+print(json.dumps([Client(REMOTE_ADDR="{address}").get("/api/").status_code for _ in range(2)]))
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("CELERY_BROKER_URL", "").startswith("redis://"),
+                    reason="needs the Redis of bin/test's second pass")
+def test_throttle_counts_are_shared_between_processes_through_redis(tmp_path):
+    """Two web processes with DJANGO_CACHE_URL on Redis count one client's requests together."""
+    address = f"192.0.2.{secrets.randbelow(250) + 1}"
+    env = django_env(tmp_path, DJANGO_CACHE_URL=os.environ["CELERY_BROKER_URL"], SILENTBENCH_ANON_RATE="3/min")
+    probe = SHARED_COUNT_PROBE.replace("{address}", address)
+    first, second = (run_python(["-c", probe], env) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout.splitlines()[-1]) + json.loads(second.stdout.splitlines()[-1]) == [
+        200, 200, 200, 429]
+
+
+# --- 8. Content-Security-Policy --------------------------------------------------------------------------
+
+INLINE = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>|<style(?![^>]*\bnonce=)[^>]*>|\sstyle=|\son[a-z]+=|javascript:",
+                    re.IGNORECASE)
+
+
+def test_no_template_needs_inline_script_or_style():
+    """A tripwire: scripts come from static files, style sheets too or carry the request's nonce; no inline
+    event handler or style attribute (the policy would block them, and the browser tests would see it)."""
+    found = [f"{path.relative_to(REPO)}: {match[0]}" for path in (REPO / "templates").rglob("*.html")
+             for match in INLINE.finditer(path.read_text())]
+    assert found == []
+
+
+def test_pages_carry_the_policy_and_inline_styles_its_nonce(client):
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-CSP")))
+    page = client.get(f"/bugs/{version.reproducer.bug.bug_id}/")
+    policy = dict(directive.strip().split(" ", 1) for directive in page["Content-Security-Policy"].split(";"))
+    assert policy["default-src"] == "'self'" and policy["script-src"] == "'self'"
+    assert policy["object-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
+    nonce = re.search(r"'nonce-([^']+)'", policy["style-src"])[1]
+    assert f'<style nonce="{nonce}">' in page.content.decode()
+    assert "Content-Security-Policy" in client.get("/api/docs/")

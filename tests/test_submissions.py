@@ -62,7 +62,7 @@ def test_limits_hold_and_say_which_limit():
 
 def test_archives_cannot_escape_the_folder_or_smuggle_binaries():
     _, problems = read_uploads([archive({"../evil.py": "x", "ok.py": "y"}, prefix="")])
-    assert problems == ["../evil.py: paths must stay inside the reproducer's folder."]
+    assert problems == ["../evil.py: paths must stay inside the reproducer's folder, with no '.', '..' or empty part."]
     _, problems = read_uploads([SimpleUploadedFile("model.bin", b"\xff\xfe\x00")])
     assert problems == ["model.bin: not UTF-8 text; a reproducer is source code and a manifest, no binaries."]
     _, problems = read_uploads([SimpleUploadedFile("broken.zip", b"PK not really")])
@@ -128,7 +128,7 @@ def test_only_the_submitter_or_a_maintainer_sends_a_new_version(client):
     first = do_submit_reproducer(FILES, bug_fields={k: v for k, v in BUG_FORM.items()
                                                             if k != "reproducer_name"}, acting_user=owner)
     client.force_login(UserFactory())
-    assert client.get("/bugs/GH-4242/submit/").status_code == 403
+    assert client.get("/bugs/GH-4242/submit/").status_code == 404  # still unreviewed: hidden from others
     client.force_login(owner)
     changed = {**FILES, "repro.py": FILES["repro.py"].replace("trigger_step=1", "trigger_step=2")}
     response = client.post("/bugs/GH-4242/submit/", {"reproducer_name": "cpu", "files": uploads(changed)})

@@ -9,6 +9,7 @@ from bugs.models import Reproducer
 
 from ..charts import stability_chart
 from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, runs_for_listing
+from ..selectors import visible_runs
 
 register = template.Library()
 VERSION_CONTENT = ("reproducer_version__files", "reproducer_version__manifest")
@@ -26,7 +27,8 @@ def execution_of(context, cards, bug=None):
         .select_related("environment", "reproducer_version").defer(*VERSION_CONTENT)}
     for card in cards:
         card["stability"] = checks.get(card["reproducer"].pk)
-    runs = runs_for_listing(Run.objects.filter(reproducer_version__reproducer__in=ids).order_by("-queued_at", "-id"))
+    runs = visible_runs(context["request"].user, Run.objects.filter(reproducer_version__reproducer__in=ids))
+    runs = runs_for_listing(runs.order_by("-queued_at", "-id"))
     page = Paginator(runs, 50).get_page(context["request"].GET.get("page"))
     chart = None
     if bug is not None:

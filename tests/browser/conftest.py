@@ -10,8 +10,9 @@ live server on the test database, and a real Celery worker when a story needs ru
         assert page_events["dialogs"] == []
 
 Set up data with the ORM, factories or call_command in the test itself: the live server reads the same
-database (transaction=True, so that it sees committed rows). Uncaught JavaScript errors on a page fail
-the test; dialogs (alert, confirm) are dismissed and recorded in ``page_events["dialogs"]``.
+database (transaction=True, so that it sees committed rows). Uncaught JavaScript errors and anything the
+Content-Security-Policy blocked on a page fail the test; dialogs (alert, confirm) are dismissed and recorded
+in ``page_events["dialogs"]``.
 """
 import os
 
@@ -56,9 +57,10 @@ def live_site(live_server, transactional_db):
 
 @pytest.fixture
 def page_events():
-    """What the page did besides rendering: ``dialogs`` (messages of alert/confirm/prompt, dismissed)
-    and ``errors`` (uncaught JavaScript exceptions; any of them fails the test)."""
-    return {"dialogs": [], "errors": []}
+    """What the page did besides rendering: ``dialogs`` (messages of alert/confirm/prompt, dismissed),
+    ``errors`` (uncaught JavaScript exceptions) and ``csp`` (what the Content-Security-Policy refused, as
+    Chromium reports it on the console); any error or refusal fails the test."""
+    return {"dialogs": [], "errors": [], "csp": []}
 
 
 @pytest.fixture
@@ -72,11 +74,17 @@ def page(browser, live_site, page_events):
         page_events["dialogs"].append(dialog.message)
         dialog.dismiss()
 
+    def on_console(message):
+        if "Content Security Policy" in message.text:
+            page_events["csp"].append(f"{tab.url}: {message.text}")
+
     tab.on("dialog", on_dialog)
     tab.on("pageerror", lambda error: page_events["errors"].append(str(error)))
+    tab.on("console", on_console)
     yield tab
     context.close()
     assert page_events["errors"] == [], "uncaught JavaScript errors"
+    assert page_events["csp"] == [], "the Content-Security-Policy refused something"
 
 
 @pytest.fixture

@@ -7,12 +7,13 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from runners.actions import do_create_campaign
+from runners.models import Run
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
 from runners.registry import detector_record
 from runners.selectors import runnable_versions
 
-from ..factories import AlarmFactory, BugFactory, RunFactory
+from ..factories import AlarmFactory, BugFactory, CampaignFactory, RunFactory
 from ..helpers import latex_rows, matrix_cells
 from .helpers import wait_for_plot
 
@@ -118,3 +119,28 @@ def test_a_real_run_plots_its_loss(page, live_site, celery_worker):
     legend = page.locator("#loss-chart .legendtext").all_text_contents()
     assert {"buggy", "fixed"} <= set(legend)
     assert page.locator("#loss-chart .scatterlayer .trace").count() >= 2
+
+
+def test_pages_and_plots_work_under_the_content_security_policy(page, live_site, page_events):
+    """The policy refuses inline script (the control at the end), and no page needs any: the plots draw,
+    the API docs start, and the page fixture fails the test on anything the policy refused."""
+    call_command("load_catalog")
+    finished_runs()
+    run = Run.objects.filter(reproducer_version__reproducer__bug__bug_id="DS-1801", variant="buggy").get()
+    campaign = CampaignFactory(name="live")
+    RunFactory(campaign=campaign, reproducer_version=run.reproducer_version)  # queued: the page polls
+    for url, drawn in [("/results/", "figure.chart .main-svg"), (f"/runs/{run.pk}/", "#loss-chart .main-svg"),
+                       (campaign.get_absolute_url(), "progress"), ("/bugs/DS-1801/", ".code span.kn"),
+                       ("/api/docs/", ".swagger-ui .info"), ("/admin/login/", "#login-form"),
+                       ("/accounts/login/", "main form")]:
+        page.goto(url)
+        page.wait_for_selector(drawn, state="attached")
+        page.wait_for_load_state("load")
+    assert page_events["csp"] == []
+
+    with page.expect_console_message(lambda message: "Content Security Policy" in message.text):
+        page.evaluate("""() => { const script = document.createElement("script");
+                                 script.textContent = "window.injected = true"; document.body.append(script); }""")
+    assert page.evaluate("window.injected") is None
+    assert page_events["csp"] and "script-src" in page_events["csp"][0]
+    page_events["csp"].clear()  # the control's refusal, expected

@@ -1,0 +1,280 @@
+"""Who sees and does what, endpoint by endpoint and role by role (docs/accounts.md, "Who sees what").
+
+Every URL the site resolves, the API's routes included, must be classified in ``CASES`` (or in
+``NOT_ABOUT_THE_CATALOG`` with a reason): ``test_every_endpoint_is_classified`` fails for a new one. Each
+case is requested by each role against one catalog holding hidden submissions (a bug waiting for its first
+approval; versions pending and rejected, one of them a new reproducer of a public bug; a run, an alarm, a
+campaign and a stored result row made from hidden code, as they would be were code hidden after it ran).
+The status must be the one in the table, a response that the role may not see hidden things in must not
+contain any of them, and a refused request must change nothing."""
+from dataclasses import dataclass, field
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from accounts.actions import do_create_api_token
+from accounts.models import ApiToken
+from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState
+from runners.models import Campaign, Run
+
+from .factories import (
+    GOOD_REPRODUCER,
+    AlarmFactory,
+    BugFactory,
+    CampaignFactory,
+    EvaluationFactory,
+    MaintainerFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    UserFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "UNREVIEWED-7f3a"  # in every hidden object's text
+HIDDEN_BUG = "HIDDEN-1"
+ROLES = ["anonymous", "submitter", "other", "maintainer", "staff"]
+SEES_HIDDEN = {"submitter", "maintainer"}  # every hidden object below is the submitter's
+
+
+@dataclass
+class World:
+    users: dict
+    ids: dict = field(default_factory=dict)
+    markers: list = field(default_factory=list)
+
+
+def hidden_code(tag):
+    return {"repro.py": f"{GOOD_REPRODUCER}# {SECRET} {tag}\n"}
+
+
+def build_world():
+    submitter = UserFactory()
+    users = {"anonymous": None, "submitter": submitter, "other": UserFactory(), "maintainer": MaintainerFactory(),
+             "staff": UserFactory(is_staff=True)}
+    world = World(users)
+    public_bug = BugFactory(bug_id="TEST-PUBLIC", submitted_by=submitter)
+    cpu = ReproducerFactory(bug=public_bug)
+    public_version = ReproducerVersionFactory(reproducer=cpu)
+    pending = ReproducerVersionFactory(reproducer=cpu, files=hidden_code("newer"), review_state=ReviewState.PENDING,
+                                       submitted_by=submitter)
+    rejected = ReproducerVersionFactory(reproducer=cpu, files=hidden_code("rejected"), submitted_by=submitter,
+                                        review_state=ReviewState.REJECTED, review_note="no")
+    new_reproducer = ReproducerVersionFactory(
+        reproducer=ReproducerFactory(bug=public_bug, name="extra", strategy_note=SECRET), files=hidden_code("extra"),
+        review_state=ReviewState.PENDING, submitted_by=submitter)
+    hidden_bug = BugFactory(bug_id=HIDDEN_BUG, title=SECRET, status=BugStatus.SUBMITTED, submitted_by=submitter)
+    unreviewed = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=hidden_bug), files=hidden_code("bug"),
+                                          review_state=ReviewState.PENDING, submitted_by=submitter)
+    pipeline = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=None, name="clean-mlp"))
+
+    public_campaign = CampaignFactory(name="public campaign")
+    public_run = RunFactory(reproducer_version=public_version, campaign=public_campaign, status="succeeded",
+                            manifested=True, trigger_step=1)
+    hidden_campaign = CampaignFactory(name=f"{SECRET} campaign")
+    hidden_run = RunFactory(reproducer_version=pending, campaign=hidden_campaign, status="failed",
+                            failure_reason=SECRET)
+    detection_row = {"bug": "TEST-PUBLIC", "reproducer": "cpu", "detector": "plain", "outcome": "missed"}
+    EvaluationFactory(campaign=public_campaign,
+                      tables={"detection": [detection_row, {**detection_row, "bug": HIDDEN_BUG}]})
+    world.ids = {
+        "public_bug": public_bug.bug_id, "hidden_bug": hidden_bug.bug_id, "public_version": public_version.pk,
+        "pending": pending.pk, "unreviewed": unreviewed.pk, "pipeline": pipeline.reproducer.name,
+        "public_run": public_run.pk, "hidden_run": hidden_run.pk, "detector": public_run.detector_id,
+        "public_alarm": AlarmFactory(run=public_run).pk,
+        "hidden_alarm": AlarmFactory(run=hidden_run, message=SECRET).pk,
+        "public_campaign": public_campaign.pk, "hidden_campaign": hidden_campaign.pk,
+        "token": do_create_api_token("laptop", acting_user=submitter)[0].pk,
+    }
+    world.markers = [SECRET, HIDDEN_BUG] + [v.short_hash for v in (pending, rejected, new_reproducer, unreviewed)]
+    return world
+
+
+def expect(anonymous, submitter, other, maintainer, staff=None):
+    """Statuses by role (staff, not a maintainer, gets what another contributor gets unless given)."""
+    return {"anonymous": anonymous, "submitter": submitter, "other": other, "maintainer": maintainer,
+            "staff": other if staff is None else staff}
+
+
+PUBLIC = expect(200, 200, 200, 200)
+HIDDEN = expect(404, 200, 404, 200)  # a hidden object: its submitter and the maintainers only
+SIGNED_IN = expect(302, 200, 200, 200)  # a page that sends the anonymous to the login page
+SIGNED_IN_API = expect(401, 200, 200, 200)
+MAINTAINERS = expect(403, 403, 403, 200)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # the URL's name, as reverse() takes it
+    kwargs: dict  # URL arguments: a key of World.ids stands for that object's ID
+    expected: dict
+    method: str = "get"
+    query: str = ""  # "{hidden_campaign}" stands for that object's ID
+    data: dict = field(default_factory=dict)
+
+    def url(self, world):
+        kwargs = {key: world.ids.get(value, value) for key, value in self.kwargs.items()}
+        return reverse(self.name, kwargs=kwargs) + (f"?{self.query.format(**world.ids)}" if self.query else "")
+
+    def __str__(self):
+        return f"{self.method.upper()} {self.name}({','.join(map(str, self.kwargs.values()))}){self.query}"
+
+
+CASES = [
+    # --- the catalog ---
+    Case("bugs:list", {}, PUBLIC),
+    Case("bugs:list", {}, PUBLIC, query="status=submitted"),
+    Case("bugs:export", {"fmt": "csv"}, PUBLIC),
+    Case("bugs:export", {"fmt": "md"}, PUBLIC, query=f"q={HIDDEN_BUG[:3]}"),
+    Case("bugs:detail", {"bug_id": "public_bug"}, PUBLIC),
+    Case("bugs:detail", {"bug_id": "hidden_bug"}, HIDDEN),
+    Case("bugs:resubmit", {"bug_id": "public_bug"}, expect(302, 200, 403, 200)),
+    Case("bugs:resubmit", {"bug_id": "hidden_bug"}, expect(302, 200, 404, 200)),
+    Case("bugs:resubmit", {"bug_id": "hidden_bug"}, expect(302, 200, 404, 200), method="post"),
+    Case("bugs:submit", {}, SIGNED_IN),
+    Case("bugs:submit", {}, SIGNED_IN, method="post"),
+    Case("bugs:my_submissions", {}, SIGNED_IN),
+    Case("bugs:review_queue", {}, MAINTAINERS),
+    Case("bugs:review", {"pk": "unreviewed"}, MAINTAINERS),
+    Case("bugs:review", {"pk": "unreviewed"}, MAINTAINERS, method="post", data={"decision": "reject"}),
+    Case("bugs:pipelines", {}, PUBLIC),
+    Case("bugs:pipeline", {"name": "pipeline"}, PUBLIC),
+    # --- runs and campaigns ---
+    Case("runners:run", {"pk": "public_run"}, PUBLIC),
+    Case("runners:run", {"pk": "hidden_run"}, HIDDEN),
+    Case("runners:campaigns", {}, PUBLIC),
+    Case("runners:campaign", {"pk": "public_campaign"}, PUBLIC),
+    Case("runners:campaign", {"pk": "hidden_campaign"}, HIDDEN),
+    Case("runners:campaign_live", {"pk": "public_campaign"}, PUBLIC),
+    Case("runners:campaign_live", {"pk": "hidden_campaign"}, HIDDEN),
+    Case("runners:campaign_new", {}, MAINTAINERS),
+    Case("runners:campaign_new", {}, MAINTAINERS, method="post"),
+    Case("runners:campaign_cancel", {"pk": "public_campaign"}, expect(403, 403, 403, 302), method="post"),
+    Case("runners:campaign_retry", {"pk": "hidden_campaign"}, expect(403, 403, 403, 302), method="post"),
+    # --- results ---
+    Case("evaluation:results", {}, PUBLIC),
+    Case("evaluation:results", {}, PUBLIC, query="campaign={public_campaign}"),
+    Case("evaluation:results", {}, expect(404, 404, 404, 200), query="campaign={hidden_campaign}"),
+    Case("evaluation:export", {"table": "detection", "fmt": "csv"}, PUBLIC),
+    Case("evaluation:export", {"table": "detection", "fmt": "csv"}, expect(400, 400, 400, 200),
+         query=f"bug={HIDDEN_BUG}"),
+    Case("evaluation:compare", {}, PUBLIC),
+    Case("evaluation:compare", {}, PUBLIC, query="a=campaign:{public_campaign}&b=campaign:{hidden_campaign}"),
+    Case("evaluation:compare-export", {"fmt": "csv"}, expect(400, 400, 400, 200),
+         query="a=campaign:{public_campaign}&b=campaign:{hidden_campaign}"),
+    # --- the API ---
+    Case("api-root", {}, PUBLIC),
+    Case("bug-list", {}, PUBLIC),
+    Case("bug-detail", {"bug_id": "public_bug"}, PUBLIC),
+    Case("bug-detail", {"bug_id": "hidden_bug"}, HIDDEN),
+    Case("reproducer-version-list", {}, PUBLIC),
+    Case("reproducer-version-list", {}, PUBLIC, query="review_state=pending"),
+    Case("reproducer-version-list", {}, PUBLIC, query="review_state=rejected"),
+    Case("reproducer-version-detail", {"pk": "public_version"}, PUBLIC),
+    Case("reproducer-version-detail", {"pk": "pending"}, HIDDEN),
+    Case("reproducer-version-detail", {"pk": "unreviewed"}, HIDDEN),
+    Case("reproducer-version-review", {"pk": "unreviewed"}, expect(401, 403, 403, 400), method="post",
+         data={"decision": "reject"}),
+    Case("submission-list", {}, SIGNED_IN_API),
+    Case("submission-list", {}, expect(401, 400, 400, 400), method="post"),
+    Case("submission-detail", {"pk": "unreviewed"}, expect(401, 200, 404, 404)),
+    Case("detector-list", {}, PUBLIC),
+    Case("detector-detail", {"pk": "detector"}, PUBLIC),
+    Case("campaign-list", {}, PUBLIC),
+    Case("campaign-list", {}, expect(401, 403, 403, 400), method="post"),
+    Case("campaign-detail", {"pk": "public_campaign"}, PUBLIC),
+    Case("campaign-detail", {"pk": "hidden_campaign"}, HIDDEN),
+    Case("campaign-preview", {}, expect(401, 403, 403, 400), method="post"),
+    Case("campaign-cancel", {"pk": "public_campaign"}, expect(401, 403, 403, 200), method="post"),
+    Case("campaign-retry", {"pk": "hidden_campaign"}, expect(401, 403, 403, 200), method="post"),
+    Case("run-list", {}, PUBLIC),
+    Case("run-detail", {"pk": "public_run"}, PUBLIC),
+    Case("run-detail", {"pk": "hidden_run"}, HIDDEN),
+    Case("alarm-list", {}, PUBLIC),
+    Case("alarm-detail", {"pk": "public_alarm"}, PUBLIC),
+    Case("alarm-detail", {"pk": "hidden_alarm"}, HIDDEN),
+    Case("api-results", {}, PUBLIC),
+    Case("api-results", {}, expect(400, 400, 400, 200), query=f"bug={HIDDEN_BUG}"),
+    Case("api-results", {}, expect(404, 404, 404, 200), query="campaign={hidden_campaign}"),
+    Case("token-list", {}, SIGNED_IN_API),
+    Case("token-list", {}, expect(401, 201, 201, 201), method="post", data={"name": "ci"}),
+    Case("token-detail", {"pk": "token"}, expect(401, 200, 404, 404)),
+    Case("token-detail", {"pk": "token"}, expect(401, 204, 404, 404), method="delete"),
+    Case("token-revoke", {"pk": "token"}, expect(401, 200, 404, 404), method="post"),
+    Case("api-token", {}, expect(405, 405, 405, 405)),
+    Case("api-schema", {}, PUBLIC),
+    Case("api-docs", {}, PUBLIC),
+    # --- accounts ---
+    Case("accounts:signup", {}, PUBLIC),
+    Case("accounts:account", {}, SIGNED_IN),
+    Case("accounts:tokens", {}, SIGNED_IN),
+    Case("accounts:revoke_token", {"pk": "token"}, expect(302, 302, 404, 404), method="post"),
+    Case("login", {}, PUBLIC),
+    Case("logout", {}, expect(405, 405, 405, 405)),
+    Case("password_change", {}, SIGNED_IN),
+    Case("password_change_done", {}, SIGNED_IN),
+    Case("password_reset", {}, PUBLIC),
+    Case("password_reset_done", {}, PUBLIC),
+    Case("password_reset_confirm", {"uidb64": "x", "token": "y"}, PUBLIC),
+    Case("password_reset_complete", {}, PUBLIC),
+    # --- the rest ---
+    Case("admin:index", {}, expect(302, 302, 302, 302, staff=200)),
+    Case("admin:bugs_reproducerversion_changelist", {}, expect(302, 302, 302, 302, staff=403)),
+    Case("plotly-js", {}, PUBLIC),
+]
+# Not about the catalog, and served the same to everyone.
+NOT_ABOUT_THE_CATALOG = {"healthz": "liveness probe", "healthz-ready": "readiness probe (database and broker)"}
+
+
+def url_names(patterns, namespace=None):
+    """Every URL name the site resolves ("namespace:name"); the admin's as one namespace, "admin:*"."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            inner = pattern.namespace or namespace
+            if inner == "admin":
+                yield "admin:*"
+            else:
+                yield from url_names(pattern.url_patterns, inner)
+        elif isinstance(pattern, URLPattern):
+            yield f"{namespace}:{pattern.name}" if namespace else pattern.name
+
+
+def test_every_endpoint_is_classified():
+    classified = {case.name for case in CASES} | set(NOT_ABOUT_THE_CATALOG)
+    classified |= {"admin:*"} if any(name.startswith("admin:") for name in classified) else set()
+    resolved = set(url_names(get_resolver().url_patterns))
+    assert not resolved - classified, f"classify these in tests/test_visibility.py: {sorted(resolved - classified)}"
+    assert not {name for name in classified if name != "admin:*" and not name.startswith("admin:")} - resolved
+
+
+def state():
+    """What a refused request must leave as it was."""
+    return (Bug.objects.count(), sorted(ReproducerVersion.objects.values_list("pk", "review_state")),
+            sorted(Campaign.objects.values_list("pk", "cancelled_at", "completed_at")),
+            sorted(Run.objects.values_list("pk", "status")),
+            sorted(ApiToken.objects.values_list("pk", "revoked_at")))
+
+
+def client_of(user):
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_who_sees_and_does_what(case, role):
+    world = build_world()
+    url = case.url(world)
+    before = state()
+    response = getattr(client_of(world.users[role]), case.method)(url, case.data)
+    assert response.status_code == case.expected[role], f"{role}: {case.method.upper()} {url}"
+    if response.status_code >= 400 or "/login/" in response.get("Location", ""):
+        assert state() == before, f"{role}: a refused {case.method.upper()} {url} changed something"
+    if role not in SEES_HIDDEN and response.status_code == 200:
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        leaked = [marker for marker in world.markers if marker.encode() in body]
+        assert not leaked, f"{role}: {url} shows hidden {leaked}"
