@@ -4,7 +4,10 @@ The callers check that the acting user owns the token, or is staff, and that a t
 import secrets
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils import timezone
+
+from core import audit
 
 from .models import ApiToken
 
@@ -33,5 +36,13 @@ def do_revoke_api_token(token, *, acting_user):
 
 
 def do_revoke_api_tokens_of(user, *, acting_user):
-    """Revoke every active token of ``user``, as a password change does (accounts.passwords). Returns how many."""
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    """Revoke every active token of ``user``, as a password change does (accounts.passwords), recording who did
+    and which tokens (names and prefixes) in the account's audit trail. Returns how many."""
+    with transaction.atomic():
+        active = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
+        revoked = [f"{name} ({prefix}…)" for name, prefix in active.values_list("name", "prefix")]
+        if revoked:
+            active.update(revoked_at=timezone.now())
+            audit.record(acting_user, "revoke-api-tokens", user,
+                         f"revoked {len(revoked)} API token(s) of {user.get_username()}", tokens=revoked)
+    return len(revoked)

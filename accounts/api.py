@@ -1,15 +1,14 @@
-from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from .actions import do_create_api_token, do_revoke_api_token
-from .models import ApiToken
+from .models import ApiToken, username_max_length
 from .permissions import NotByApiToken
 
 
@@ -70,11 +69,8 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         return Response(ApiTokenSerializer(do_revoke_api_token(self.get_object(), acting_user=request.user)).data)
 
 
-USERNAME_MAX = get_user_model()._meta.get_field("username").max_length  # longer cannot exist, nor be counted
-
-
 class CredentialsSerializer(serializers.Serializer):
-    username = serializers.CharField(max_length=USERNAME_MAX)
+    username = serializers.CharField(max_length=username_max_length())
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False, write_only=True)
     name = serializers.CharField(required=False, default="API token", max_length=100)
 
@@ -85,8 +81,7 @@ class ObtainApiTokenView(APIView):
 
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
-    throttle_classes = [ScopedRateThrottle]  # a password check: no unlimited guessing
-    throttle_scope = "token"
+    throttle_scope = "token"  # a password check: no unlimited guessing (and the anonymous rate too)
 
     @extend_schema(request=CredentialsSerializer, responses={201: NewApiTokenSerializer})
     def post(self, request):

@@ -6,4 +6,5 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts and API tokens"
 
     def ready(self):
-        from . import schema  # noqa: F401  (registers the OpenAPI description of token authentication)
+        # Registers the proxy count's system check and the OpenAPI description of token authentication.
+        from . import checks, schema  # noqa: F401

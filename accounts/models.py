@@ -1,7 +1,15 @@
 import hashlib
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models
+
+
+def username_max_length():
+    """The longest username the user model takes: a longer one cannot exist, so it is neither accepted nor
+    counted (the API's sign-in fields, django-axes' failed attempts)."""
+    user_model = get_user_model()
+    return user_model._meta.get_field(user_model.USERNAME_FIELD).max_length
 
 
 class ApiToken(models.Model):

@@ -67,7 +67,8 @@ def locked_out(request, original_response=None, credentials=None):
     for how long, as JSON on the API and as a page on the site."""
     minutes = round(settings.AXES_COOLOFF_TIME.total_seconds() / 60)
     message = (f"Too many failed sign-ins for this account or from this address: signing in is refused, the right "
-               f"password too, until {minutes} minutes have passed without another attempt.")
+               f"password too, until {minutes} minutes after the failure that locked it; attempts meanwhile "
+               "do not count and do not extend it.")
     if request.path.startswith("/api/"):
         response = JsonResponse({"detail": message}, status=429)
     else:

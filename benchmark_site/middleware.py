@@ -7,8 +7,10 @@ could query it.
 import logging
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.templatetags.static import static
 from django.utils.html import escape
 
@@ -59,19 +61,30 @@ class NulCharacterMiddleware:
     ``GET /bugs/%00/`` made) was a 500. A middleware rather than a URL converter or each form, because it covers
     every view, the admin's and django-axes' included, and every kind of parameter in one place. The API's JSON
     bodies are checked by its parser (``core.untrusted.BoundedJSONParser``), uploaded files by
-    ``bugs.submissions``."""
+    ``bugs.submissions``. A form that cannot be parsed (a multipart body without its boundary, a form that is
+    not UTF-8) is such a 400 too, logged in one line (Django's would be an HTML page and a traceback); too many
+    fields or files stay Django's 400, logged as a security event."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        where = nul_character_in(request)
+        try:
+            where = nul_character_in(request)
+        except (MultiPartParserError, BadRequest) as error:
+            logger.warning("unreadable form in %s %s: %s", request.method, request.path, error)
+            return bad_request(request, f"The request's form cannot be read: {error}")
         if not where:
             return self.get_response(request)
-        message = f"The request's {where} contains a NUL character (%00), which nothing here accepts."
-        if request.path_info.startswith("/api/"):
-            return JsonResponse({"detail": message}, status=400)
-        return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+        return bad_request(request, f"The request's {where} contains a NUL character (%00), which nothing here "
+                                    "accepts.")
+
+
+def bad_request(request, message):
+    """A 400 saying ``message``: JSON on the API, as DRF answers, text elsewhere."""
+    if request.path_info.startswith("/api/"):
+        return JsonResponse({"detail": message}, status=400)
+    return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
 
 
 def nul_character_in(request):

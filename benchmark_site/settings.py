@@ -267,22 +267,29 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_SSL_REDIRECT = HTTPS
 SECURE_REDIRECT_EXEMPT = [r"^healthz"]  # health checks come over plain HTTP from inside the host
-if HTTPS and env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", True):
+BEHIND_PROXY = HTTPS and env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", True)
+if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 365 * 24 * 3600, minimum=0) if HTTPS else 0
 # Opt-ins: they bind every subdomain of the lab's domain (and browsers' preload lists) to HTTPS.
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
 # Reverse proxies in front of gunicorn that each append the address they saw to X-Forwarded-For: the client's
-# address is the one the outermost of them saw. With 0 (no proxy) the header is ignored, since anyone can send it.
-SILENTBENCH_NUM_PROXIES = env_int("SILENTBENCH_NUM_PROXIES", 0, minimum=0, maximum=10)
+# address is the one the outermost of them saw (benchmark_site.security.client_ip). With 0 (no proxy) the header
+# is ignored, since anyone can send it. Default: 1 where X-Forwarded-Proto is trusted, since a proxy sets it;
+# 0 there makes every client the proxy (`check --deploy` warns: accounts/checks.py).
+SILENTBENCH_NUM_PROXIES = env_int("SILENTBENCH_NUM_PROXIES", 1 if BEHIND_PROXY else 0, minimum=0, maximum=10)
 # --- Sign-in attempts (django-axes, docs/accounts.md): the web login, POST /api/token/ and the admin's login.
 # Failures are counted per account and per client address in the database, which every process and web node
 # shares; either count reaching the limit refuses sign-ins, the right password too, with a 429 until the
-# cool-off has passed since the last failure.
+# cool-off (at most a week) has passed since the failure that locked it.
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_FAILURE_LIMIT = env_int("SILENTBENCH_LOGIN_FAILURE_LIMIT", 10, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_float("SILENTBENCH_LOGIN_COOLOFF_MINUTES", 15.0, minimum=1))
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("SILENTBENCH_LOGIN_COOLOFF_MINUTES", 15.0, minimum=1,
+                                                maximum=7 * 24 * 60))
+# Attempts refused during a lock-out are not counted: counted (axes' default), each restarted the cool-off, so
+# one attempt per cool-off, the owner's own included, kept an account locked for ever.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_CLIENT_IP_CALLABLE = "benchmark_site.security.client_ip"
 AXES_USERNAME_CALLABLE = "benchmark_site.security.attempted_username"
@@ -316,10 +323,11 @@ REST_FRAMEWORK = {
     # JSON nested at most core.untrusted.MAX_DEPTH levels, with nothing a database refuses (NUL, NaN)
     "DEFAULT_PARSER_CLASSES": ["core.untrusted.BoundedJSONParser", "rest_framework.parsers.FormParser",
                                "rest_framework.parsers.MultiPartParser"],
-    # Anonymous callers by address, signed-in ones by account: two scopes, never the same bucket.
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle",
-                                 "benchmark_site.security.UserRateThrottle"],
-    "NUM_PROXIES": SILENTBENCH_NUM_PROXIES,  # the client address of the throttles, as for sign-in attempts
+    # Anonymous callers by address (benchmark_site.security.client_ip, as for sign-in attempts), signed-in ones
+    # by account: two scopes, never the same bucket; and a view's throttle_scope ("token") by address too.
+    "DEFAULT_THROTTLE_CLASSES": ["benchmark_site.security.AnonRateThrottle",
+                                 "benchmark_site.security.UserRateThrottle",
+                                 "benchmark_site.security.ScopedRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env_rate("SILENTBENCH_ANON_RATE", "300/min"),  # per client address
         "user": env_rate("SILENTBENCH_USER_RATE", "1200/min"),  # per signed-in user or token

@@ -31,13 +31,12 @@ def visible_versions(user):
     return ReproducerVersion.objects.filter(public | _submitted_by(user))
 
 
-def hidden_version_ids(user):
-    """The IDs of the versions ``user`` may not see, or None when they see every version: a short list
-    (what waits for review or was rejected), cheap to look up what was made from them (runners.selectors)."""
+def hidden_versions(user):
+    """The versions ``user`` may not see, as a query to nest in another (their number grows with every
+    rejection), or None when they see every version (runners.selectors)."""
     if sees_unreviewed(user):
         return None
-    visible = visible_versions(user).values("pk")
-    return list(ReproducerVersion.objects.exclude(pk__in=visible).values_list("pk", flat=True))
+    return ReproducerVersion.objects.exclude(pk__in=visible_versions(user).values("pk"))
 
 
 def visible_reproducers(user):

@@ -25,9 +25,12 @@ ARCHIVE_READ_FACTOR = 4  # an archive may be at most this many times the unpacke
 TAR_BYTES_PER_ENTRY = 4096  # a header, a pax or long-name header, padding: what a tar adds to each member
 TAR_END_BYTES = 20 * 512  # the end-of-archive blocks and the padding of the last record
 # What the runner itself makes in a run directory beside the reproducer's files (runners/execution.py: the
-# private tmp and the report; runners/detectors/traincheck.py: its work folder and script): a file or folder
+# private tmp and the report; runners/detectors/traincheck.py: its work folder, WORK_DIR): a file or folder
 # of the reproducer with one of these names would clash with them.
-RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck", ".traincheck-run.sh"})
+RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck"})
+# TrainCheck writes its instrumented copy of a script beside it, named with this prefix (runners/detectors/
+# traincheck.py, INSTRUMENTED_PREFIX; not imported: runners imports bugs, never the other way round).
+TRAINCHECK_COPY_PREFIX = "_traincheck_"
 NAME_MAX_BYTES = 255  # the longest file or folder name Linux file systems take
 MAX_STORED_INTEGER = 2**31 - 1  # the largest whole number an integer column holds on every database
 MANIFEST_NAME = "reproducer.yaml"
@@ -245,6 +248,9 @@ def path_problem(path):
     if parts[0] in RUN_DIRECTORY_NAMES:
         return (f"{path}: the runner makes its own {parts[0]} in the run directory (reserved: "
                 f"{', '.join(sorted(RUN_DIRECTORY_NAMES))}); choose another name.")
+    if any(part.startswith(TRAINCHECK_COPY_PREFIX) for part in parts):
+        return (f"{path}: TrainCheck writes its copy of a script beside it as {TRAINCHECK_COPY_PREFIX}<name>; "
+                f"choose a name that does not start with {TRAINCHECK_COPY_PREFIX}.")
     return ""
 
 

@@ -51,14 +51,15 @@ def _highlight(filename, text):
 
 def reproducer_cards(reproducers, user):
     """What a reproducer card shows: the files of its latest approved version, or, while none is approved,
-    of its latest version that ``user`` may see (their own submission, or any for a maintainer), highlighted
-    (the runs and the stability checks are added by runners' ``execution_of`` template tag).
+    of its latest version that ``user`` may see (their own submission, or any for a maintainer), highlighted,
+    and how many versions ``user`` may see (the runs and the stability checks are added by runners'
+    ``execution_of`` template tag).
 
-    Two queries whatever the number of reproducers (a bug page must not grow with its history).
+    Four queries whatever the number of reproducers (a bug page must not grow with its history).
     """
     reproducers = list(reproducers)
     ids = [reproducer.pk for reproducer in reproducers]
-    versions_of = ReproducerVersion.objects.filter(reproducer__in=ids)
+    versions_of = visible_versions(user).filter(reproducer__in=ids)
     latest_ids = {**versions_of.latest_ids(), **versions_of.approved().latest_ids()}
     version_counts = dict(versions_of.order_by().values_list("reproducer").annotate(n=Count("id")))
     versions = ReproducerVersion.objects.in_bulk(latest_ids.values())

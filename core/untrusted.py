@@ -4,8 +4,8 @@
   1 KB alias bomb expands to megabytes), nested at most ``MAX_DEPTH`` levels, building only what JSON
   has (a date stays text; ``!!binary``, ``!!set`` and the other tags are refused).
 * JSON request bodies of the API: DRF's parser, nested at most ``MAX_DEPTH`` levels.
-* Both: no NUL and no lone surrogate in any text (PostgreSQL stores neither), no NaN or infinity, keys
-  that are text.
+* Both: no NUL and no lone surrogate in any text (PostgreSQL stores neither), no NaN or infinity, whole
+  numbers that fit in 64 bits, keys that are text.
 
 Every refusal is an ``UntrustedInputError`` (or DRF's ``ParseError``) whose message names the problem.
 """
@@ -16,6 +16,11 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 MAX_DEPTH = 20  # mappings and lists inside each other; a reproducer.yaml needs 3, an API body 2
+MAX_INTEGER = 2**63  # whole numbers from -2**63 to 2**63 - 1: what a 64-bit integer holds
+# The longest whole number YAML may write (sign, base prefix and digits; '_' not counted): 2**63 takes 66
+# characters in binary. Python converts at most 4300 decimal digits, but any number of hexadecimal ones.
+MAX_INTEGER_CHARACTERS = 100
+EXPECTED = {"int": "a whole number", "float": "a number", "bool": "true or false"}  # what a tag's value must be
 JSON_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "str", "seq", "map")}
 
 
@@ -52,12 +57,25 @@ class _JSONOnlySafeLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
-    def construct_yaml_int(self, node):
+    def construct_object(self, node, deep=False):
+        """PyYAML's, with what its converters raise for an explicitly tagged value they cannot convert
+        (``!!float abc`` a ValueError, ``!!bool maybe`` a KeyError, ``!!int ""`` an IndexError) refused."""
         try:
-            return super().construct_yaml_int(node)
-        except ValueError:  # Python refuses to convert more than 4300 digits
-            raise UntrustedInputError(f"line {node.start_mark.line + 1}: a number with "
-                                      f"{len(node.value)} digits is too long.") from None
+            return super().construct_object(node, deep)
+        except UntrustedInputError:
+            raise
+        except (ValueError, LookupError):
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise UntrustedInputError(f"line {node.start_mark.line + 1}: !!{kind} {shown(node.value)} is not "
+                                      f"{EXPECTED.get(kind, 'a valid ' + kind)}.") from None
+
+    def construct_yaml_int(self, node):
+        """A whole number, refused unconverted when longer than any 64-bit one."""
+        length = len(self.construct_scalar(node).replace("_", ""))
+        if length > MAX_INTEGER_CHARACTERS:
+            raise UntrustedInputError(f"line {node.start_mark.line + 1}: a number with {length} characters is "
+                                      f"too long (whole numbers go from -2**63 to 2**63 - 1).")
+        return super().construct_yaml_int(node)
 
 
 _JSONOnlySafeLoader.add_constructor("tag:yaml.org,2002:int", _JSONOnlySafeLoader.construct_yaml_int)
@@ -68,10 +86,17 @@ def load_yaml(text, max_bytes=None):
     size = len(text.encode("utf-8", "surrogatepass"))
     if max_bytes is not None and size > max_bytes:
         raise UntrustedInputError(f"{size} bytes, more than the {max_bytes} accepted.")
+    loader = _JSONOnlySafeLoader(text)  # a safe loader, with fewer types
     try:
-        value = yaml.load(text, Loader=_JSONOnlySafeLoader)  # a safe loader, with fewer types
+        value = loader.get_single_data()
     except yaml.YAMLError as error:
         raise UntrustedInputError(f"not valid YAML: {error}") from None
+    except UntrustedInputError:
+        raise
+    except ValueError as error:  # the scanner's own conversions: "\U00110000", a %YAML version of 5000 digits
+        raise UntrustedInputError(f"not valid YAML: line {loader.get_mark().line + 1}: {error}.") from None
+    finally:
+        loader.dispose()
     problem = storage_problem(value)
     if problem:
         raise UntrustedInputError(problem)
@@ -91,7 +116,7 @@ def storage_problem(value):
             for key, child in children:
                 if isinstance(item, dict):
                     if not isinstance(key, str):
-                        return (f"{at}the key {key!r} is not text (quote it: YAML reads yes, no, on, off and "
+                        return (f"{at}the key {shown(key)} is not text (quote it: YAML reads yes, no, on, off and "
                                 "numbers as other types).")
                     problem = text_problem(key)
                     if problem:
@@ -103,9 +128,20 @@ def storage_problem(value):
                 return f"{at}the text {problem}"
         elif isinstance(item, float) and not math.isfinite(item):
             return f"{at}{item} is not a finite number."
+        elif isinstance(item, int) and not -MAX_INTEGER <= item < MAX_INTEGER:
+            return f"{at}{shown(item)} is outside what a 64-bit integer holds (-2**63 to 2**63 - 1)."
         elif item is not None and not isinstance(item, (bool, int, float)):
             return f"{at}a {type(item).__name__} has no JSON type."
     return ""
+
+
+def shown(value, limit=40):
+    """``repr(value)`` cut to ``limit`` characters; a whole number too long for that by its size in bits
+    (writing it out is slow, and past 4300 digits a ValueError)."""
+    if isinstance(value, int) and value.bit_length() > 3 * limit:
+        return f"a {value.bit_length()}-bit number"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def text_problem(text):

@@ -3,6 +3,7 @@ from django.contrib import admin
 from .actions import do_cancel_campaign, do_retry_failed_runs
 from .models import Alarm, Campaign, Detector, Environment, Run, Worker
 from .permissions import can_trigger
+from .selectors import visible_campaigns, visible_runs
 
 
 @admin.register(Detector)
@@ -19,6 +20,9 @@ class CampaignAdmin(admin.ModelAdmin):
     list_display = ["name", "purpose", "created_by", "created_at", "completed_at", "cancelled_at"]
     list_filter = ["purpose"]
     actions = ["cancel", "retry_failed_runs"]
+
+    def get_queryset(self, request):  # as on the site: a campaign of hidden code is hidden (runners.selectors)
+        return super().get_queryset(request).filter(pk__in=visible_campaigns(request.user).values("pk"))
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Campaign._meta.fields]  # changed only through the actions
@@ -57,6 +61,9 @@ class RunAdmin(admin.ModelAdmin):
     list_filter = ["status", "variant", "detector__name"]
     list_select_related = ["reproducer_version__reproducer__bug", "detector"]
     inlines = [AlarmInline]
+
+    def get_queryset(self, request):
+        return visible_runs(request.user, super().get_queryset(request))
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Run._meta.fields]

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from .detectors import get_plugin
 from .detectors.base import RunContext
-from .failures import no_oracle_report, offline_check_failed, sandbox_kind
+from .failures import detector_setup_failed, no_oracle_report, offline_check_failed, sandbox_kind
 from .models import RunFailureKind
 from .report import parse_report
 from .routing import device_nodes, visible_devices
@@ -162,7 +162,12 @@ def execute(run, devices=()):
                              limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None)
         argv = [sys.executable, version.entrypoint, "--variant", run.variant,
                 "--seed", str(run.seed), "--steps", str(run.steps)]
-        command = plugin.command(argv, context)
+        try:
+            command = plugin.command(argv, context)
+        except RuntimeError as error:  # the detector's own preparation (TrainCheck instruments the script)
+            return RunOutcome(succeeded=False, failure_reason=detector_setup_failed(error),
+                              failure_kind=RunFailureKind.INTERNAL, exit_code=None, wall_seconds=0.0, stdout="",
+                              stderr="", output_truncated=False, detector_summary=context.summary)
         cold_reason = cold_start_reason(plugin, argv, command, declared, devices)
         if not cold_reason:
             env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory

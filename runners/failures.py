@@ -24,6 +24,11 @@ def offline_check_failed(error):
     return f"The detector's offline check failed: {error}"
 
 
+def detector_setup_failed(error):
+    """The detector's own preparation of the run (TrainCheck's instrumentation of the script) failed."""
+    return f"The detector could not prepare the run: {error}"
+
+
 def unapproved():
     return "Refused: this reproducer version is not approved by a maintainer."
 
@@ -72,7 +77,7 @@ REASON_BUILDERS = {
     RunFailureKind.PROTOCOL: (no_oracle_report, too_many_records),
     RunFailureKind.FIT_FAILED: (fit_failed,),
     RunFailureKind.UNAPPROVED: (unapproved,),
-    RunFailureKind.INTERNAL: (internal_error, offline_check_failed, storing_failed),
+    RunFailureKind.INTERNAL: (internal_error, detector_setup_failed, offline_check_failed, storing_failed),
     # The reconciler fails runs no live worker consumes the queue of; a worker refuses a run whose GPUs
     # its host does not have (routed to the wrong worker).
     RunFailureKind.UNSERVABLE: (unservable_reason, wrong_worker_reason),

@@ -7,13 +7,15 @@ from axes.models import AccessAttempt
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
+from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
-from accounts.actions import do_create_api_token, do_revoke_api_token
+from accounts.actions import do_create_api_token, do_revoke_api_token, do_revoke_api_tokens_of
 from accounts.models import ApiToken
+from core.models import AuditEvent
 from core.roles import role_of
 
 from .factories import MaintainerFactory, UserFactory
@@ -319,3 +321,54 @@ def test_an_overlong_or_nul_username_is_refused_or_counted_within_bounds():
         assert response.status_code == 400 and "username" in str(response.json())
         assert sign_in("web", username, "wrong").status_code in (200, 400)
     assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["x" * 150]
+
+
+def test_attempts_during_a_lock_out_do_not_extend_it(limit, settings):
+    """One attempt per cool-off, the owner's right password included, must not keep an account locked for
+    ever: attempts refused during a lock-out are not counted, so it ends a cool-off after the failure that
+    locked it (django-axes' default, AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT, restarted it each time)."""
+    UserFactory(username="erin")
+    for _ in range(limit):
+        sign_in("web", "erin", "wrong")
+    almost = settings.AXES_COOLOFF_TIME - timedelta(minutes=1)
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - almost)
+    for where, password in (("web", PASSWORD), ("api", PASSWORD), ("web", "wrong")):
+        assert_locked(sign_in(where, "erin", password), where)
+    assert list(AccessAttempt.objects.values_list("failures_since_start", flat=True)) == [limit]
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(minutes=2))  # the cool-off is over
+    assert sign_in("web", "erin", PASSWORD).status_code == 302
+
+
+def test_one_username_length_for_the_api_and_the_lock_outs():
+    """The API's sign-in field and django-axes' count cut at the same length, the user model's."""
+    from accounts.api import CredentialsSerializer
+    from accounts.models import username_max_length
+    from benchmark_site.security import attempted_username
+
+    longest = username_max_length()
+    assert longest == User._meta.get_field("username").max_length
+    assert CredentialsSerializer().fields["username"].max_length == longest
+    assert len(attempted_username(None, {"username": "x" * (longest + 50)})) == longest
+
+
+def test_revoking_an_accounts_tokens_is_audited():
+    """A password change revokes the account's tokens as the system; who did it and which tokens are recorded."""
+    user = UserFactory(username="frank")
+    for name in ("laptop", "ci"):
+        do_create_api_token(name, acting_user=user)
+    revoked_before = do_create_api_token("old", acting_user=user)[0]
+    do_revoke_api_token(revoked_before, acting_user=user)
+    admin = MaintainerFactory()
+    assert do_revoke_api_tokens_of(user, acting_user=admin) == 2
+    event = AuditEvent.objects.about(user).get()
+    assert (event.actor, event.action, event.summary) == (admin, "revoke-api-tokens", "revoked 2 API token(s) of frank")
+    assert sorted(name.split(" ")[0] for name in event.detail["tokens"]) == ["ci", "laptop"]
+    assert do_revoke_api_tokens_of(user, acting_user=admin) == 0  # nothing left: nothing recorded
+    user.set_password("a new long passphrase")
+    user.save()
+    assert AuditEvent.objects.about(user).count() == 1
+    AuditEvent.objects.all().delete()
+    do_create_api_token("again", acting_user=user)
+    user.set_password("another new passphrase")
+    user.save()
+    assert AuditEvent.objects.about(user).get().actor_label == "the system"

@@ -16,7 +16,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from bugs.catalog import do_load_catalog
 from bugs.models import Bug, ReproducerVersion
 from bugs.submissions import RUN_DIRECTORY_NAMES
-from runners.detectors.traincheck import WORK_DIR
+from runners.detectors.traincheck import INSTRUMENTED_PREFIX, WORK_DIR
 from runners.execution import execute
 from runners.models import Campaign, Run
 
@@ -84,12 +84,42 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(client):
     (MANIFEST + "notes: " + "x" * 16 * 1024 + "\n", ["more than the 16384 accepted"]),
     (MANIFEST + "deep: " + "[" * 5000 + "]" * 5000 + "\n", ["nested more than 20 levels deep"]),
     (MANIFEST + "deep: " + "[" * 25 + "]" * 25 + "\n", ["nested more than 20 levels deep"]),
-    (MANIFEST.replace("memory_mb: 1024", "memory_mb: 99999999999999999999"),
+    (MANIFEST.replace("memory_mb: 1024", "memory_mb: 99999999999"),
      ["needs.memory_mb must be a whole number from 0 to 2147483647"]),
     (MANIFEST.replace("world_size: 1", "world_size: -1"), ["needs.world_size must be a whole number from 0"]),
-    (MANIFEST.replace("default_steps: 4", "default_steps: 99999999999999999999"), ["default_steps must be"]),
+    (MANIFEST.replace("default_steps: 4", "default_steps: 99999999999"), ["default_steps must be"]),
     (MANIFEST.replace("cuda: false", "cuda: false\n  gpus: true"), ["needs.gpus must be a whole number"]),
-    (MANIFEST + "seed: " + "9" * 5000 + "\n", ["a number with 5000 digits is too long"]),
+    (MANIFEST + "seed: " + "9" * 5000 + "\n", ["line 9: a number with 5000 characters is too long"]),
+    (MANIFEST + "seed: 0x" + "f" * 3700 + "\n", ["line 9: a number with 3702 characters is too long"]),
+    (MANIFEST + "seed: " + "1:" * 3000 + "1\n", ["a number with 6001 characters is too long"]),
+    (MANIFEST + "seed: 0x8000000000000000\n", ["seed: 9223372036854775808 is outside what a 64-bit integer"]),
+    (MANIFEST + "seed: -0x8000000000000001\n", ["seed: -9223372036854775809 is outside"]),
+    (MANIFEST + "seed: 0x" + "f" * 90 + "\n", ["seed: a 360-bit number is outside what a 64-bit integer"]),
+    (MANIFEST + "? 0x" + "f" * 90 + "\n: x\n", ["the key a 360-bit number is not text"]),
+    (MANIFEST + "x: !!float abc\n", ["line 9: !!float 'abc' is not a number."]),
+    (MANIFEST + "x: !!float .\n", ["!!float '.' is not a number."]),
+    (MANIFEST + "x: !!float 1:a\n", ["!!float '1:a' is not a number."]),
+    (MANIFEST + "x: !!bool maybe\n", ["line 9: !!bool 'maybe' is not true or false."]),
+    (MANIFEST + 'x: !!int ""\n', ["!!int '' is not a whole number."]),
+    (MANIFEST + "x: !!int abc\n", ["!!int 'abc' is not a whole number."]),
+    (MANIFEST + "x: !!int 0b\n", ["!!int '0b' is not a whole number."]),
+    (MANIFEST + "x: !<tag:yaml.org,2002:int> 0o8\n", ["!!int '0o8' is not a whole number."]),
+    (MANIFEST + "x: !!str [a]\n", ["expected a scalar node, but found sequence"]),
+    (MANIFEST + "x: !!null {a: 1}\n", ["expected a scalar node, but found mapping"]),
+    (MANIFEST + "x: !!map 1\n", ["expected a mapping node, but found scalar"]),
+    (MANIFEST + "x: !!float " + "1" * 400 + "e9\n", ["x: inf is not a finite number"]),
+    (MANIFEST + 'x: "\\U00110000"\n', ["line 9: chr() arg not in range(0x110000)"]),
+    ("%YAML 1." + "1" * 5000 + "\n---\n" + MANIFEST, ["line 1: Exceeds the limit (4300 digits)"]),
+    (MANIFEST + "x: !!timestamp 2024-01-31\n", ["could not determine a constructor", "timestamp"]),
+    (MANIFEST + "x: !!timestamp 2024-13-45\n", ["could not determine a constructor", "timestamp"]),
+    (MANIFEST + "x: !!omap [a: 1, b: 2]\n", ["could not determine a constructor", "omap"]),
+    (MANIFEST + "x: !!pairs [a: 1, a: 2]\n", ["could not determine a constructor", "pairs"]),
+    (MANIFEST + "x: !!set {a, b}\n", ["could not determine a constructor", "set"]),
+    (MANIFEST + "x: !!merge {a: 1}\n", ["could not determine a constructor", "merge"]),
+    (MANIFEST + 'x: !!python/object/apply:os.system ["true"]\n', ["could not determine a constructor",
+                                                                  "python/object/apply:os.system"]),
+    (MANIFEST + "x: !!python/name:os.system ''\n", ["could not determine a constructor", "python/name"]),
+    (MANIFEST + "x: !custom 1\n", ["could not determine a constructor for the tag '!custom'"]),
     (MANIFEST + "loss: .nan\n", ["loss: nan is not a finite number"]),
     (MANIFEST + 'note: "a\\0b"\n', ["note: the text contains a NUL character"]),
     (MANIFEST + 'note: "\\ud800"\n', ["note: the text contains a lone surrogate"]),
@@ -99,6 +129,22 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(client):
 ])
 def test_a_manifest_that_would_cost_or_break_something_is_a_400_naming_it(text, words):
     assert_refused(submit(with_manifest(text)), *words)
+
+
+def test_explicit_tags_with_values_of_their_type_are_stored():
+    response = submit(with_manifest(MANIFEST + "a: !!int 0x10\nb: !!float '1.5'\nc: !!bool yes\nd: !!str 12\n"
+                                    "e: !!null ''\nlow: -9223372036854775808\nhigh: 0x7fffffffffffffff\n"))
+    assert response.status_code == 201, response.content
+    manifest = ReproducerVersion.objects.get().manifest
+    assert [manifest[key] for key in "abcde"] == [16, 1.5, True, "12", None]
+    assert (manifest["low"], manifest["high"]) == (-2**63, 2**63 - 1)
+
+
+def test_a_badly_tagged_value_is_a_problem_of_the_web_form_too(client):
+    client.force_login(UserFactory())
+    page = client.post("/submit/", {**BUG_FORM, "files": with_manifest(MANIFEST + "x: !!bool maybe\n")})
+    assert page.status_code == 200 and "!!bool &#x27;maybe&#x27; is not true or false" in page.content.decode()
+    assert ReproducerVersion.objects.count() == 0
 
 
 def test_dates_in_a_manifest_stay_text_and_are_stored():
@@ -119,11 +165,18 @@ def test_a_file_with_nul_bytes_is_not_text():
     assert_refused(submit(uploads({**FILES, "notes.py": "# a\x00b\n"})), "notes.py: holds NUL bytes")
 
 
-def test_the_catalog_loader_reads_yaml_the_same_way(tmp_path):
+@pytest.mark.parametrize("text, words", [
+    ("id: GH-1\ntitle: &t A title\nsymptom: *t\n", r"line 3: aliases \(\*t\) are not accepted"),
+    ("id: GH-1\nmulti_rank: !!bool maybe\n", r"line 2: !!bool 'maybe' is not true or false"),
+    ("id: GH-1\ntitle: !!float abc\n", r"line 2: !!float 'abc' is not a number"),
+    ("id: GH-1\nsource: 0x" + "f" * 3700 + "\n", r"line 2: a number with 3702 characters is too long"),
+    ("id: GH-1\nsource: 0x" + "f" * 20 + "\n", r"source: 1208925819614629174706175 is outside"),
+])
+def test_the_catalog_loader_reads_yaml_the_same_way(tmp_path, text, words):
     folder = tmp_path / "GH-1"
     folder.mkdir()
-    (folder / "bug.yaml").write_text("id: GH-1\ntitle: &t A title\nsymptom: *t\n")
-    with pytest.raises(ValidationError, match=r"bug\.yaml: cannot read YAML .*aliases \(\*t\) are not accepted"):
+    (folder / "bug.yaml").write_text(text)
+    with pytest.raises(ValidationError, match=r"bug\.yaml: cannot read YAML \(" + words):
         do_load_catalog(tmp_path)
     assert Bug.objects.count() == 0
 
@@ -168,8 +221,9 @@ def test_a_header_that_claims_a_gigabyte_is_never_decompressed():
     (tar_file("my-repro/tmp"), ["tmp: the runner makes its own tmp in the run directory"]),
     (tar_file("my-repro/tmp/x.py"), ["tmp/x.py: the runner makes its own tmp"]),
     (tar_file("my-repro/.silentbench-report.jsonl", b"{}\n"), [".silentbench-report.jsonl: the runner makes"]),
-    (tar_file("my-repro/.traincheck/invariants.json", b"{}\n"), [".traincheck/invariants.json: the runner"]),
-    (tar_file("my-repro/.traincheck-run.sh", b"true\n"), [".traincheck-run.sh: the runner makes"]),
+    (tar_file(f"my-repro/{WORK_DIR}/invariants.json", b"{}\n"), [f"{WORK_DIR}/invariants.json: the runner"]),
+    (tar_file(f"my-repro/{INSTRUMENTED_PREFIX}repro.py"), [f"{INSTRUMENTED_PREFIX}repro.py: TrainCheck writes"]),
+    (tar_file(f"my-repro/src/{INSTRUMENTED_PREFIX}train.py"), [f"src/{INSTRUMENTED_PREFIX}train.py: TrainCheck"]),
     (tar_file("my-repro/x.py", path="my-repro/a\x00b.py"), ["'a\\x00b.py': control characters (such as NUL)"]),
     (tar_file("my-repro/x.py", path="my-repro/line\nbreak.py"), ["control characters"]),
     (tar_file("my-repro/" + "x" * 256 + ".py"), ["a name is longer than 255 bytes"]),
@@ -201,6 +255,14 @@ def test_the_same_names_are_refused_in_a_zip(name):
 
 def test_loose_files_named_like_the_runner_s_own_are_refused():
     assert_refused(submit(uploads({**FILES, ".silentbench-report.jsonl": "{}"})), "the runner makes its own")
+    assert_refused(submit(uploads({**FILES, f"{INSTRUMENTED_PREFIX}repro.py": "print(1)\n"})),
+                   f"TrainCheck writes its copy of a script beside it as {INSTRUMENTED_PREFIX}<name>")
+
+
+def test_names_like_the_runner_s_but_not_its_own_are_accepted():
+    """TrainCheck once ran a script it wrote as .traincheck-run.sh; it writes none now, so the name is free."""
+    response = submit(uploads({**FILES, ".traincheck-run.sh": "true\n", "traincheck_notes.py": "X = 1\n"}))
+    assert response.status_code == 201, response.content
 
 
 def test_an_archive_made_with_tar_dot_is_still_accepted():
@@ -222,7 +284,8 @@ def test_an_archive_made_with_tar_dot_is_still_accepted():
 @pytest.mark.integration
 def test_the_reserved_names_are_all_the_runner_adds_to_a_run_directory():
     """A real run lists its directory: besides the reproducer's files there is only what RUN_DIRECTORY_NAMES
-    reserves (TrainCheck's work folder and script are made by its plugin, named from its WORK_DIR)."""
+    reserves (what TrainCheck writes, its WORK_DIR and its copy of the entrypoint, is refused by
+    test_member_names_that_would_break_the_run_are_refused)."""
     listing = PROGRAM_PREAMBLE + """
 report(event="oracle", manifested=False, trigger_step=0, summary="listing", evidence={"entries": os.listdir(".")})
 """
@@ -231,7 +294,6 @@ report(event="oracle", manifested=False, trigger_step=0, summary="listing", evid
     assert outcome.succeeded, outcome.failure_reason
     added = set(outcome.oracle["evidence"]["entries"]) - {"repro.py"}
     assert "tmp" in added and added <= RUN_DIRECTORY_NAMES
-    assert {WORK_DIR, f"{WORK_DIR}-run.sh"} <= RUN_DIRECTORY_NAMES
 
 
 # --- no 500, whatever the request -----------------------------------------------------------------------
@@ -269,6 +331,9 @@ def test_nul_in_a_cookie_or_a_form_field_is_a_400(client):
     ('{"name": "x", "deep": ' + "[" * 21 + "]" * 21 + "}", "nested more than 20 levels deep"),
     ('{"name": "laptop", "extra": {"note": "a\\u0000b"}}', "extra.note: the text contains a NUL character"),
     ('{"name": "\\ud800"}', "name: the text contains a lone surrogate"),
+    ('{"name": "x", "extra": {"n": 9223372036854775808}}', "extra.n: 9223372036854775808 is outside what a 64-bit"),
+    ('{"name": "x", "extra": [-9223372036854775809]}', "extra.0: -9223372036854775809 is outside"),
+    ('{"name": "x", "extra": ' + "9" * 4000 + "}", "extra: a 13288-bit number is outside what a 64-bit"),
 ])
 def test_a_json_body_nested_deeply_or_holding_nul_is_a_400(client, body, words):
     client.force_login(UserFactory())
@@ -292,3 +357,17 @@ def test_a_seed_past_any_column_is_a_problem_of_the_campaign_form(client):
                                            "seeds": "99999999999999999999"})
     assert page.status_code == 200 and "each from 0 to 1000000" in page.content.decode()
     assert Campaign.objects.count() == 0 and Run.objects.count() == 0
+
+
+@pytest.mark.parametrize("url", ["/api/token/", "/api/submissions/", "/accounts/login/"])
+@pytest.mark.parametrize("content_type, words", [
+    ("multipart/form-data", "Invalid boundary in multipart: None"),
+    ("application/x-www-form-urlencoded; charset=latin-1", "must be UTF-8 encoded"),
+])
+def test_a_form_that_cannot_be_parsed_is_a_400_naming_it(client, caplog, url, content_type, words):
+    """Not Django's HTML 400 with a traceback in the log: a 400 that says why, JSON on the API, and one line."""
+    response = client.post(url, b"abc", content_type=content_type)
+    assert response.status_code == 400
+    text = response.json()["detail"] if url.startswith("/api/") else response.content.decode()
+    assert text.startswith("The request's form cannot be read: ") and words in text, text
+    assert not [record for record in caplog.records if record.exc_info]

@@ -9,9 +9,11 @@ and no worker is needed.
 The maintainer gets Schemathesis' coverage phase (boundary and wrongly typed values of every field,
 unexpected methods) and fuzzing; the anonymous caller, whose writes are refused before any input is
 read, gets fuzzing only. Derandomized, so CI sees the same requests every time. The requests that were
-server errors before (tests/test_hostile_input.py: huge numbers, deep nesting and aliases in a manifest, NUL
-in a path, a query or a JSON body) are explicit cases as well. bin/test runs this file on SQLite and again on
-PostgreSQL, where NUL and integers past 2**31 are what the database refuses.
+server errors before (tests/test_hostile_input.py: huge numbers, deep nesting, aliases and values a tag's
+constructor cannot convert in a manifest, NUL in a path, a query or a JSON body, a number past 64 bits in a
+JSON body) are explicit cases as well, answered in JSON, and so is a multipart body without its boundary
+(once Django's HTML 400). bin/test runs this file on SQLite and again on PostgreSQL, where NUL and integers
+past 2**31 are what the database refuses.
 """
 import pytest
 import schemathesis
@@ -109,12 +111,21 @@ HOSTILE_CASES = {  # name: (case, the status it gets)
     "memory_mb past any column": (lambda: submission(MANIFEST.replace("1024", "99999999999999999999")), 400),
     "YAML nested 5000 deep": (lambda: submission(MANIFEST + "deep: " + "[" * 5000 + "]" * 5000), 400),
     "a YAML alias": (lambda: submission(MANIFEST + "a: &a [1]\nb: [*a, *a]\n"), 400),
+    "YAML !!float abc": (lambda: submission(MANIFEST + "x: !!float abc\n"), 400),
+    "YAML !!bool maybe": (lambda: submission(MANIFEST + "x: !!bool maybe\n"), 400),
+    'YAML !!int ""': (lambda: submission(MANIFEST + 'x: !!int ""\n'), 400),
+    "YAML hexadecimal of 3700 digits": (lambda: submission(MANIFEST + "x: 0x" + "f" * 3700 + "\n"), 400),
+    "YAML \\U00110000": (lambda: submission(MANIFEST + 'x: "\\U00110000"\n'), 400),
+    "a multipart body without its boundary": (
+        lambda: full["/api/token/"]["POST"].Case(body=b"abc", media_type="multipart/form-data",
+                                                 headers={"Content-Type": "multipart/form-data"}), 400),
     "NUL in a path": (lambda: full["/api/bugs/{bug_id}/"]["GET"].Case(path_parameters={"bug_id": "\x00"}), 400),
     "NUL in a query": (lambda: full["/api/bugs/"]["GET"].Case(query={"q": "\x00"}), 400),
     "a run ID past any column": (
         lambda: full["/api/runs/{id}/"]["GET"].Case(path_parameters={"id": 99999999999999999999}), 404),
     "JSON nested 500 deep": (lambda: preview(nested(500)), 400),
     "NUL in a JSON body": (lambda: preview(["GH-\x00"]), 400),
+    "a number past 64 bits in a JSON body": (lambda: preview([2**64]), 400),
 }
 
 
@@ -124,3 +135,4 @@ def test_requests_that_were_server_errors_are_client_errors(name, maintainer_tok
     response = make_case().call_and_validate(headers={"Authorization": f"Token {maintainer_token}"},
                                              checks=[not_a_server_error])
     assert response.status_code == status, response.text
+    assert isinstance(response.json(), dict), response.text  # DRF's or the middleware's JSON, not an HTML page

