@@ -39,10 +39,11 @@ def do_revoke_api_tokens_of(user, *, acting_user):
     """Revoke every active token of ``user``, as a password change does (accounts.passwords), recording who did
     and which tokens (names and prefixes) in the account's audit trail. Returns how many."""
     with transaction.atomic():
-        active = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
-        revoked = [f"{name} ({prefix}…)" for name, prefix in active.values_list("name", "prefix")]
-        if revoked:
-            active.update(revoked_at=timezone.now())
+        active = list(ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
+                      .values_list("pk", "name", "prefix"))
+        revoked = [f"{name} ({prefix}…)" for _, name, prefix in active]
+        if revoked:  # exactly the tokens listed (and locked): one made meanwhile is not revoked unrecorded
+            ApiToken.objects.filter(pk__in=[pk for pk, _, _ in active]).update(revoked_at=timezone.now())
             audit.record(acting_user, "revoke-api-tokens", user,
                          f"revoked {len(revoked)} API token(s) of {user.get_username()}", tokens=revoked)
     return len(revoked)

@@ -42,9 +42,20 @@ class BugAdmin(VisibleOnlyAdmin):
 
 @admin.register(Reproducer)
 class ReproducerAdmin(VisibleOnlyAdmin):
+    """Read-only: a reproducer's fields come from its versions' manifests (the catalog or a submission)."""
+
     list_display = ["__str__", "strategy", "simulated", "needs_cuda", "world_size"]
     list_filter = ["strategy", "simulated", "needs_cuda"]
     visible = visible_reproducers
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in Reproducer._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(ReproducerVersion)

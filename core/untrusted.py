@@ -86,17 +86,20 @@ def load_yaml(text, max_bytes=None):
     size = len(text.encode("utf-8", "surrogatepass"))
     if max_bytes is not None and size > max_bytes:
         raise UntrustedInputError(f"{size} bytes, more than the {max_bytes} accepted.")
-    loader = _JSONOnlySafeLoader(text)  # a safe loader, with fewer types
+    loader = None
     try:
+        loader = _JSONOnlySafeLoader(text)  # a safe loader, with fewer types; its reader refuses control characters
         value = loader.get_single_data()
     except yaml.YAMLError as error:
         raise UntrustedInputError(f"not valid YAML: {error}") from None
     except UntrustedInputError:
         raise
-    except ValueError as error:  # the scanner's own conversions: "\U00110000", a %YAML version of 5000 digits
-        raise UntrustedInputError(f"not valid YAML: line {loader.get_mark().line + 1}: {error}.") from None
+    except (ValueError, OverflowError) as error:  # the scanner's own conversions: "\U00110000", "\UFFFFFFFF",
+        raise UntrustedInputError(  # a %YAML version of 5000 digits
+            f"not valid YAML: line {loader.get_mark().line + 1}: {error}.") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     problem = storage_problem(value)
     if problem:
         raise UntrustedInputError(problem)

@@ -116,6 +116,8 @@ HOSTILE_CASES = {  # name: (case, the status it gets)
     'YAML !!int ""': (lambda: submission(MANIFEST + 'x: !!int ""\n'), 400),
     "YAML hexadecimal of 3700 digits": (lambda: submission(MANIFEST + "x: 0x" + "f" * 3700 + "\n"), 400),
     "YAML \\U00110000": (lambda: submission(MANIFEST + 'x: "\\U00110000"\n'), 400),
+    "YAML \\UFFFFFFFF": (lambda: submission(MANIFEST + 'x: "\\UFFFFFFFF"\n'), 400),
+    "YAML with an ESC character": (lambda: submission(MANIFEST + "x: a\x1bb\n"), 400),
     "a multipart body without its boundary": (
         lambda: full["/api/token/"]["POST"].Case(body=b"abc", media_type="multipart/form-data",
                                                  headers={"Content-Type": "multipart/form-data"}), 400),

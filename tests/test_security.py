@@ -513,7 +513,12 @@ def test_check_deploy_warns_when_a_trusted_proxy_would_be_every_client(tmp_path)
     for plain in ({"DJANGO_HTTPS": "false"}, {"DJANGO_TRUST_X_FORWARDED_PROTO": "false"}):
         quiet = run_python(["manage.py", "check", "--deploy"], django_env(
             tmp_path, **PRODUCTION_ENV, SILENTBENCH_NUM_PROXIES="0", **plain))
-        assert quiet.returncode == 0 and "accounts.W001" not in quiet.stderr, quiet.stderr
+        assert quiet.returncode == 0 and "accounts.W00" not in quiet.stderr, quiet.stderr
+        # the opposite mistake: a proxy count with no proxy (compose's 1, with DJANGO_HTTPS=false)
+        spoofable = run_python(["manage.py", "check", "--deploy"], django_env(
+            tmp_path, **PRODUCTION_ENV, SILENTBENCH_NUM_PROXIES="1", **plain))
+        assert spoofable.returncode == 0 and "(accounts.W002) SILENTBENCH_NUM_PROXIES is 1 but no proxy" \
+            in spoofable.stderr, spoofable.stderr
 
 
 # --- 5. Upload limits ------------------------------------------------------------------------------------

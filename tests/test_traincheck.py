@@ -131,7 +131,7 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     execute_run(spawned.pk)
     spawned.refresh_from_db()
     assert spawned.status == RunStatus.SUCCEEDED and spawned.execution["start"] == "warm", spawned.failure_reason
-    assert spawned.detector_summary["processes_traced"] >= 2, spawned.detector_summary  # both ranks
+    assert spawned.detector_summary["processes_traced"] == 3, spawned.detector_summary  # the parent and both ranks
     assert [a for a in spawned.alarms.all() if a.step >= 0 and "Adam.step()" in a.rule]
 
     # A script TrainCheck cannot instrument fails the run with the detector's reason, before anything runs.

@@ -15,7 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
-from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState
+from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
 from runners.models import Campaign, Run
 
 from .factories import (
@@ -290,7 +290,7 @@ def test_the_admin_shows_staff_only_what_they_may_see(maintainer):
 
     world = build_world()
     staff = MaintainerFactory(is_staff=True) if maintainer else UserFactory(is_staff=True)
-    staff.user_permissions.add(*Permission.objects.filter(codename__startswith="view_",
+    staff.user_permissions.add(*Permission.objects.filter(codename__regex=r"^(view|change)_",
                                                           content_type__app_label__in=["bugs", "runners"]))
     client = client_of(staff)
     for model in ADMIN_LISTS:
@@ -299,6 +299,10 @@ def test_the_admin_shows_staff_only_what_they_may_see(maintainer):
         assert bool(shown) == maintainer, f"{model}: {shown}"
     pending = client.get(reverse("admin:bugs_reproducerversion_change", args=[world.ids["pending"]]))
     assert (pending.status_code == 200) == maintainer
+    # a reproducer's page is read-only: no choice of bug lists the hidden one, whoever looks
+    public = Reproducer.objects.get(bug__bug_id="TEST-PUBLIC", name="cpu")
+    page = client.get(reverse("admin:bugs_reproducer_change", args=[public.pk]))
+    assert page.status_code == 200 and HIDDEN_BUG.encode() not in page.content
 
 
 @pytest.mark.parametrize(("role", "count"), [("anonymous", "1 version"), ("other", "1 version"),
