@@ -15,11 +15,28 @@ class VisibleOnlyAdmin(admin.ModelAdmin):
         return super().get_queryset(request).filter(pk__in=type(self).visible(request.user).values("pk"))
 
 
+class ReadOnlyAdmin(VisibleOnlyAdmin):
+    """Shown, never changed here: what comes from the catalog or a submission."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class ReproducerInline(admin.TabularInline):
     model = Reproducer
     extra = 0
-    fields = ["name", "strategy", "simulated", "needs_cuda", "world_size"]
+    fields = readonly_fields = ["name", "strategy", "simulated", "needs_cuda", "world_size"]
     show_change_link = True
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(pk__in=visible_reproducers(request.user).values("pk"))
@@ -41,37 +58,19 @@ class BugAdmin(VisibleOnlyAdmin):
 
 
 @admin.register(Reproducer)
-class ReproducerAdmin(VisibleOnlyAdmin):
-    """Read-only: a reproducer's fields come from its versions' manifests (the catalog or a submission)."""
+class ReproducerAdmin(ReadOnlyAdmin):
+    """A reproducer's fields come from its versions' manifests (the catalog or a submission)."""
 
     list_display = ["__str__", "strategy", "simulated", "needs_cuda", "world_size"]
     list_filter = ["strategy", "simulated", "needs_cuda"]
     visible = visible_reproducers
 
-    def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in Reproducer._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ReproducerVersion)
-class ReproducerVersionAdmin(VisibleOnlyAdmin):
-    """Read-only. Versions are immutable and come from submissions or the catalog; they are approved
-    only on the review page (``do_review_version``), where the maintainer reads the code."""
+class ReproducerVersionAdmin(ReadOnlyAdmin):
+    """Versions are immutable and come from submissions or the catalog; they are approved only on the
+    review page (``do_review_version``), where the maintainer reads the code."""
 
     list_display = ["__str__", "review_state", "reviewed_by", "created_at"]
     list_filter = ["review_state"]
     visible = visible_versions
-
-    def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in ReproducerVersion._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -303,6 +303,9 @@ def test_the_admin_shows_staff_only_what_they_may_see(maintainer):
     public = Reproducer.objects.get(bug__bug_id="TEST-PUBLIC", name="cpu")
     page = client.get(reverse("admin:bugs_reproducer_change", args=[public.pk]))
     assert page.status_code == 200 and HIDDEN_BUG.encode() not in page.content
+    bug_page = client.get(reverse("admin:bugs_bug_change", args=[public.bug.pk]))  # its reproducers, inline
+    assert bug_page.status_code == 200 and (b'value="extra"' in bug_page.content or b">extra<" in bug_page.content) \
+        == maintainer
 
 
 @pytest.mark.parametrize(("role", "count"), [("anonymous", "1 version"), ("other", "1 version"),
