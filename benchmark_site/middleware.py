@@ -73,18 +73,18 @@ class NulCharacterMiddleware:
             where = nul_character_in(request)
         except (MultiPartParserError, BadRequest) as error:
             logger.warning("unreadable form in %s %s: %s", request.method, request.path, error)
-            return bad_request(request, f"The request's form cannot be read: {error}")
+            return refusal(request, f"The request's form cannot be read: {error}", 400)
         if not where:
             return self.get_response(request)
-        return bad_request(request, f"The request's {where} contains a NUL character (%00), which nothing here "
-                                    "accepts.")
+        return refusal(request, f"The request's {where} contains a NUL character (%00), which nothing here "
+                                "accepts.", 400)
 
 
-def bad_request(request, message):
-    """A 400 saying ``message``: JSON on the API, as DRF answers, text elsewhere."""
+def refusal(request, message, status):
+    """A refusal before any view, saying ``message``: JSON on the API, as DRF answers, text elsewhere."""
     if request.path_info.startswith("/api/"):
-        return JsonResponse({"detail": message}, status=400)
-    return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+        return JsonResponse({"detail": message}, status=status)
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
 
 
 def nul_character_in(request):

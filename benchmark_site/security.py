@@ -3,10 +3,11 @@ for the API throttles and for django-axes' count of failed sign-ins."""
 import ipaddress
 
 from django.conf import settings
-from django.http import HttpResponse, JsonResponse
 from rest_framework import throttling
 
 from accounts.models import username_max_length
+
+from .middleware import refusal
 
 
 def client_ip(request):
@@ -78,7 +79,5 @@ class RequestSizeLimitMiddleware:
         if length > limit:
             message = (f"Request too large: {length} bytes, the limit is {limit} bytes (a submission's files may "
                        f"total {settings.SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES // 1024} KiB).")
-            if request.path.startswith("/api/"):
-                return JsonResponse({"detail": message}, status=413)
-            return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
+            return refusal(request, message, 413)
         return self.get_response(request)
