@@ -97,8 +97,8 @@ def read_uploads(uploads, limits=None):
     files, problems = {}, []
     for upload in uploads:
         name = posixpath.basename(upload.name.replace("\\", "/"))
-        if path_problem(name):
-            problems.append(path_problem(name))
+        if problem := path_problem(name):
+            problems.append(problem)
         elif upload.size > limits.max_file_bytes:
             problems.append(_too_big(name, upload.size, limits))
         else:
@@ -209,8 +209,8 @@ def _archive_files(members, limits):
         if kind == "dir" and (name in ("", ".") or name + "/" == prefix):
             continue  # the archive's root, or the reproducer's folder itself
         path = name[len(prefix):] if name.startswith(prefix) else name
-        if path_problem(path):
-            problems.append(path_problem(path))
+        if problem := path_problem(path):
+            problems.append(problem)
         elif kind == "link":
             problems.append(f"{path}: links and special files are not accepted, only regular files.")
         elif kind == "file" and size > limits.max_file_bytes:
