@@ -14,6 +14,7 @@ interpreter for each.
 """
 import atexit
 import builtins
+import functools
 import gc
 import json
 import os
@@ -120,35 +121,52 @@ def preload_traincheck():
     checker and inference engine. Nothing more of torch: TrainCheck instruments the torch modules loaded
     when the program starts, so a warm run must find the ones a cold run would (no optimizer warm-up).
 
-    Ranks are spawned as new interpreters, as in a cold run: TrainCheck's trace writers are threads that a
-    fork does not copy, and a forked rank would keep its parent's queues, which nobody drains (its trace
-    would be lost, and with it every alarm about that rank)."""
-    import torch  # noqa: F401
+    Ranks fork from the traced program, already instrumented, and each starts a trace of its own
+    (``detectors.traincheck.ForkedRankTracer``)."""
+    import torch
     import traincheck.checker  # noqa: F401
     import traincheck.collect_trace  # noqa: F401
     import traincheck.infer_engine  # noqa: F401
     import traincheck.instrumentor.tracer  # noqa: F401
+
+    from .detectors.traincheck import ForkedRankTracer
+
+    torch.multiprocessing.spawn = _spawn_by_fork_as(torch.multiprocessing.spawn, ForkedRankTracer)
 
 
 PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck}
 PRELOAD_ENV = {"traincheck": TRAINCHECK_ENV}  # set before the preload's imports
 
 
-def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", rank_hooks=None):
     """``torch.multiprocessing.spawn`` in a warm run: the ranks fork from this already warm process."""
     from torch.multiprocessing import start_processes
 
-    return start_processes(_finalizing(fn), args, nprocs, join, daemon, start_method="fork")
+    return start_processes(_forked_rank(fn, rank_hooks), args, nprocs, join, daemon, start_method="fork")
 
 
-def _finalizing(fn):
+def _spawn_by_fork_as(spawn, rank_hooks):
+    """``_spawn_by_fork`` with ``rank_hooks`` (``.start()`` as a rank begins, ``.finish()`` as it ends), under the
+    name of the ``spawn`` it replaces: a tracer that records calls by name sees the function a cold run calls."""
+    @functools.wraps(spawn)
+    def spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        return _spawn_by_fork(fn, args, nprocs, join, daemon, start_method, rank_hooks)
+
+    return spawn_by_fork
+
+
+def _forked_rank(fn, rank_hooks=None):
     """``fn``, then what a spawned rank's interpreter does as it exits: a forked rank ends in ``os._exit``,
     which would lose what the program's open files still buffer."""
     def rank(*args):
+        if rank_hooks is not None:
+            rank_hooks.start()
         try:
             return fn(*args)
         finally:
             _finalize_main()
+            if rank_hooks is not None:
+                rank_hooks.finish()
 
     return rank
 

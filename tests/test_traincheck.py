@@ -124,7 +124,7 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
     assert buggy.execution["start"] == fixed.execution["start"] == "warm", buggy.execution
 
-    # Two ranks: both are traced (a rank forked from the zygote would lose its trace), and the alarm is raised.
+    # Two ranks, forked warm from the traced program: each writes a trace of its own, and the alarm is raised.
     two_ranks = ReproducerVersionFactory(files={"repro.py": TRAINING_TWO_RANKS}, time_limit_seconds=90,
                                          memory_mb=4096)
     spawned = RunFactory(reproducer_version=two_ranks, detector=detector, variant="buggy", seed=1, steps=8)

@@ -28,6 +28,7 @@ import ast
 import json
 import re
 import sys
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -161,6 +162,49 @@ def violation_alarms(failed, step_times):
     alarms.sort(key=lambda alarm: alarm["step"])
     setup = [alarm for alarm in alarms if alarm["step"] < 0][:MAX_SETUP_ALARMS]  # a cap that leaves room for
     return setup + [alarm for alarm in alarms if alarm["step"] >= 0][:MAX_ALARMS - len(setup)]  # training steps
+
+
+class ForkedRankTracer:
+    """TrainCheck's tracer in a rank forked from the traced program (the ranks of a warm run).
+
+    TrainCheck keeps per process, in thread-locals and module globals: its trace buffers, the queues of its
+    writer threads, the process ID it stamps on records and the UUID of its call IDs. A fork copies them but
+    not the threads, so a forked rank would write into queues that nobody drains, under its parent's ID.
+    ``start`` drops that state, so the rank opens trace files of its own as a newly started rank does;
+    ``finish`` does what TrainCheck does at interpreter exit, which a forked rank (ending in ``os._exit``)
+    never reaches: flush the buffers, stop the writers and wait for them to drain their queues.
+    """
+
+    PER_THREAD = {
+        "traincheck.instrumentor.dumper": ("api_trace_buffer", "var_trace_buffer", "API_trace_dumper_queue",
+                                           "VAR_trace_dumper_queue"),
+        "traincheck.instrumentor.tracer": ("process_id", "thread_id"),
+        "traincheck.utils": ("PROCESS_UUID",),
+    }
+    THREAD_LOCALS = {"traincheck.instrumentor.dumper": "THREAD_DATA", "traincheck.instrumentor.tracer": "THREAD_DATA",
+                     "traincheck.utils": "THREAD_LOCAL"}
+
+    @classmethod
+    def start(cls):
+        for module_name, names in cls.PER_THREAD.items():
+            state = getattr(sys.modules[module_name], cls.THREAD_LOCALS[module_name])
+            for name in names:
+                state.__dict__.pop(name, None)
+        dumper = sys.modules["traincheck.instrumentor.dumper"]
+        dumper.stop_event = threading.Event()  # the parent's could be mid-use by one of its threads
+        dumper.monitoring_thread = None
+
+    @staticmethod
+    def finish():
+        dumper = sys.modules["traincheck.instrumentor.dumper"]
+        for name in ("api_trace_buffer", "var_trace_buffer"):
+            buffer = getattr(dumper.THREAD_DATA, name, None)
+            if buffer is not None:
+                buffer._flush()
+        dumper.stop_event.set()  # writers end once their queue has been empty for two flush intervals
+        for thread in threading.enumerate():  # as the interpreter does at exit: wait for the non-daemon threads
+            if not thread.daemon and thread not in (threading.current_thread(), dumper.monitoring_thread):
+                thread.join()
 
 
 def _run_tool(argv, workdir, env, limits, phase):
