@@ -256,6 +256,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Files served at the site's root: /favicon.ico, which browsers ask for on pages that name no icon (JSON, the admin).
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 
 # --- Security (docs/security.md). In production the site is HTTPS only: TLS ends at a proxy in front of
 # gunicorn that sets X-Forwarded-Proto. DJANGO_HTTPS=false turns that off (plain HTTP; `check --deploy` says so).

@@ -5,9 +5,10 @@ from rest_framework.routers import DefaultRouter
 
 from accounts.api import ApiTokenViewSet, ObtainApiTokenView
 from bugs.api import BugViewSet, ReproducerVersionViewSet, SubmissionViewSet
+from evaluation import views as evaluation_views
 from evaluation.api import ResultsView
 from runners.api import AlarmViewSet, CampaignViewSet, DetectorViewSet, RunViewSet
-from runners.views import plotly_js
+from runners.views import PLOTLY_JS_PATH, plotly_js
 
 from . import health
 
@@ -27,6 +28,8 @@ urlpatterns = [
     path("", include("bugs.urls")),
     path("", include("runners.urls")),
     path("results/", include("evaluation.urls")),
+    path("leaderboard/", evaluation_views.leaderboard, name="leaderboard"),
+    path("methodology/", evaluation_views.methodology, name="methodology"),
     path("api/", include(router.urls)),
     path("api/results/", ResultsView.as_view(), name="api-results"),
     path("api/token/", ObtainApiTokenView.as_view(), name="api-token"),
@@ -38,5 +41,5 @@ urlpatterns = [
     path("", include("accounts.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
-    path("vendor/plotly.min.js", plotly_js, name="plotly-js"),
+    path(PLOTLY_JS_PATH, plotly_js, name="plotly-js"),
 ]

@@ -1,25 +1,33 @@
-"""The results plots, each a ``core.charts.Chart``: a plotly figure (drawn in the browser from
-/vendor/plotly.min.js, passed with json_script) and the table of the numbers it shows."""
+"""The results plots, each a ``core.charts.Chart``: a plotly figure (drawn in the browser by the plotly.js that
+``runners.views.plotly_js`` serves, passed with json_script) and the table of the numbers it shows."""
 import plotly.graph_objects as go
 
-from core.charts import LAYOUT, Chart, as_dict, label
+from core.charts import LAYOUT, PALETTE, Chart, as_dict, label
 
 from .tables import cell_text
 
+# 0 % detected is a result (pale red, a miss); a cell never run is no result and has a colour of its own.
+DETECTED_COLOURS = [[0, "#fdedec"], [0.5, "#abebc6"], [1, "#1e8449"]]
+NO_DATA_COLOUR = "#566573"
+NO_DATA = "no data (not run)"
+
 
 def detection_heatmap(detection):
-    """Bug x detector, coloured by the fraction of buggy runs detected; cells read ``detected/buggy``."""
+    """Bug x detector, coloured by the fraction of buggy runs detected; cells read ``detected/buggy``.
+
+    Cells with no runs are drawn by a second, one-colour trace named in the legend."""
     records = detection.to_dict("records")
     detectors = sorted({r["detector"] for r in records})
     bugs = sorted({(r["bug"], r["reproducer"]) for r in records})
     cells = {(r["bug"], r["reproducer"], r["detector"]): r for r in records}
-    z, text, hover = [], [], []
+    z, text, hover, missing = [], [], [], []
     for bug, reproducer in bugs:
-        z.append([]), text.append([]), hover.append([])
+        z.append([]), text.append([]), hover.append([]), missing.append([])
         for detector in detectors:
             cell = cells.get((bug, reproducer, detector))
+            missing[-1].append(None if cell else 1)
             if cell is None:
-                z[-1].append(None), text[-1].append(""), hover[-1].append("not run")
+                z[-1].append(None), text[-1].append(""), hover[-1].append(NO_DATA)
                 continue
             false_alarms = (cell["fixed_runs_with_alarm"] or 0) + (cell["pre_trigger_false_alarm_runs"] or 0)
             z[-1].append(cell["detection_rate"])
@@ -27,15 +35,24 @@ def detection_heatmap(detection):
             hover[-1].append(label(f"detected {cell['detected_runs']}/{cell['buggy_runs']} buggy runs; "
                                    f"{cell['outcome']}") + (f"<br>false alarms in {false_alarms} run(s)"
                                                             if false_alarms else ""))
+    rows_shown = [f"{bug} ({reproducer})" for bug, reproducer in bugs]
     figure = go.Figure(go.Heatmap(
-        z=z, x=detectors, y=[f"{bug} ({reproducer})" for bug, reproducer in bugs], text=text, customdata=hover,
-        texttemplate="%{text}", zmin=0, zmax=1, xgap=2, ygap=2,
-        colorscale=[[0, "#f2f3f4"], [0.5, "#abebc6"], [1, "#1e8449"]],
+        z=z, x=detectors, y=rows_shown, text=text, customdata=hover, hoverongaps=False,
+        texttemplate="%{text}", zmin=0, zmax=1, xgap=2, ygap=2, colorscale=DETECTED_COLOURS,
         colorbar={"title": {"text": "detected"}, "tickformat": ".0%"},
         hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
     ))
-    figure.update_layout(**LAYOUT, height=max(280, 140 + 24 * len(bugs)), xaxis={"side": "top", "tickangle": -30},
-                         yaxis={"autorange": "reversed", "automargin": True})
+    if any(any(row) for row in missing):
+        figure.add_trace(go.Heatmap(
+            z=missing, x=detectors, y=rows_shown, name=NO_DATA, showlegend=True, showscale=False, hoverongaps=False,
+            colorscale=[[0, NO_DATA_COLOUR], [1, NO_DATA_COLOUR]], xgap=2, ygap=2,
+            text=[["no data" if cell else "" for cell in row] for row in missing], texttemplate="%{text}",
+            textfont={"color": "#ffffff"},
+            hovertemplate=f"%{{y}} · %{{x}}<br>{NO_DATA}<extra></extra>",
+        ))
+    figure.update_layout(**LAYOUT, height=max(280, 160 + 24 * len(bugs)), xaxis={"side": "top", "tickangle": -30},
+                         yaxis={"autorange": "reversed", "automargin": True},
+                         legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top"})
     rows = [[r["bug"], r["reproducer"], r["detector"], r["detected_runs"], r["buggy_runs"], r["detection_rate"],
              r["outcome"]] for r in sorted(records, key=lambda r: (r["bug"], r["reproducer"], r["detector"]))]
     return Chart("detection-heatmap", as_dict(figure),
@@ -43,46 +60,73 @@ def detection_heatmap(detection):
 
 
 def false_positive_chart(false_positives):
-    """FP rate per detector as a dot with its Wilson 95% interval as whiskers (a rate of 0 stays visible);
-    the numbers are the FP table's."""
+    """FP rate per detector as a dot with its Wilson 95% interval as whiskers; the numbers are the FP table's.
+
+    A rate of 0 stays readable: the dot sits on the axis, drawn whole, labelled ``0/n``, with only an upper
+    whisker (the interval's upper bound). The axis ends just above the highest bound."""
     records = false_positives.to_dict("records")
+    highest = max((r["fp_ci_high"] for r in records), default=1)
     figure = go.Figure(go.Scatter(
-        x=[r["detector"] for r in records], y=[r["fp_rate"] for r in records], mode="markers",
-        marker={"color": "#c0392b", "size": 11},
+        x=[r["detector"] for r in records], y=[r["fp_rate"] for r in records], mode="markers+text",
+        marker={"color": "#c0392b", "size": 11}, cliponaxis=False,
+        text=[f"{r['clean_runs_with_alarm']}/{r['clean_runs']}" for r in records], textposition="middle right",
         error_y={"type": "data", "symmetric": False, "array": [r["fp_ci_high"] - r["fp_rate"] for r in records],
-                 "arrayminus": [r["fp_rate"] - r["fp_ci_low"] for r in records]},
+                 "arrayminus": [r["fp_rate"] - r["fp_ci_low"] for r in records], "width": 8},
         customdata=[[r["clean_runs_with_alarm"], r["clean_runs"], r["fp_ci_low"], r["fp_ci_high"]] for r in records],
-        hovertemplate="%{x}: %{y} (%{customdata[0]}/%{customdata[1]} clean runs alarmed)<br>"
-                      "Wilson 95%: [%{customdata[2]}, %{customdata[3]}]<extra></extra>",
+        hovertemplate="%{x}: %{y:.1%} (%{customdata[0]}/%{customdata[1]} clean runs alarmed)<br>"
+                      "Wilson 95% interval: %{customdata[2]:.1%} to %{customdata[3]:.1%}<extra></extra>",
     ))
-    figure.update_layout(**LAYOUT, height=340, yaxis={"title": {"text": "FP rate (clean runs)"}, "range": [0, 1]})
+    figure.update_layout(**LAYOUT, height=340, xaxis={"ticklabelstandoff": 8}, yaxis={
+        "title": {"text": "FP rate on clean runs<br>whisker: Wilson 95% interval"}, "tickformat": ".0%",
+        "range": [0, min(1, max(highest, 0.05) * 1.1)], "zeroline": True, "zerolinecolor": "#566573"})
     return Chart("false-positive-chart", as_dict(figure), table_id="false-positives")
 
 
 POINTS_SHOWN = 1000
 
 
-def latency_chart(run_latencies):
-    """Per detector, the latency in steps of every detected buggy run (box with every run as a point).
+def spread(count, width=0.5):
+    """Horizontal offsets of ``count`` points around their box's centre, scattered evenly by the golden ratio
+    (the same offsets on every render), so that runs with the same latency do not hide each other."""
+    return [round((index * 0.6180339887 % 1 - 0.5) * width, 3) for index in range(count)]
 
-    Past POINTS_SHOWN runs the box keeps every value but draws outliers only, without per-point hover
-    text, and the table lists the first POINTS_SHOWN runs: a 25,000-run campaign would otherwise make
+
+def latency_chart(run_latencies):
+    """Per detector, the latency in steps of every detected buggy run: a box, and every run as a point.
+
+    The axis starts at 0 steps, where most detections are: the points are a scatter trace drawn whole on
+    the axis line (a box's own points would be cut in half there), on a numeric x axis labelled with the
+    detectors. Past POINTS_SHOWN runs the box keeps every value but draws outliers only, with no points
+    trace, and the table lists the first POINTS_SHOWN runs: a 25,000-run campaign would otherwise make
     a page of megabytes."""
     many = len(run_latencies) > POINTS_SHOWN
     figure = go.Figure()
-    for detector, runs in run_latencies.groupby("detector", sort=True):
-        records = runs.to_dict("records")
+    detectors = []
+    for position, (detector, runs) in enumerate(run_latencies.groupby("detector", sort=True)):
+        records, colour = runs.to_dict("records"), PALETTE[position % len(PALETTE)]
+        latencies = [r["latency_steps"] for r in records]
+        detectors.append(detector)
         figure.add_trace(go.Box(
-            name=detector, y=[r["latency_steps"] for r in records], boxpoints="outliers" if many else "all",
-            jitter=0.4, pointpos=0, marker={"size": 5}, line={"width": 1},
-            text=None if many else [label(f"{r['bug']} ({r['reproducer']}) seed {r['seed']}, run {r['run']}, "
-                                          f"rule {r['rule']}") for r in records],
-            hovertemplate=None if many else "%{text}<br>%{y} steps after the trigger<extra>%{fullData.name}</extra>",
+            name=detector, x0=position, y=latencies, width=0.6, boxpoints="outliers" if many else False,
+            marker={"size": 5, "color": colour}, line={"width": 1, "color": colour},
         ))
-    longest = run_latencies["latency_steps"].max() if len(run_latencies) else 0
-    figure.update_layout(**LAYOUT, height=380, showlegend=False,  # room around 0: most detections are at once
-                         yaxis={"title": {"text": "steps from trigger to first alarm"},
-                                "range": [-0.5, max(2, float(longest)) + 0.5]})
+        if not many:
+            figure.add_trace(go.Scatter(
+                name=detector, x=[position + offset for offset in spread(len(records))], y=latencies,
+                mode="markers", cliponaxis=False,
+                marker={"size": 7, "color": colour, "line": {"width": 1, "color": "#ffffff"}},
+                text=[label(f"{r['bug']} ({r['reproducer']}) seed {r['seed']}, run {r['run']}, rule {r['rule']}")
+                      for r in records],
+                hovertemplate="%{text}<br>%{y} steps after the trigger<extra>%{fullData.name}</extra>",
+            ))
+    longest = float(run_latencies["latency_steps"].max()) if len(run_latencies) else 0
+    top = max(2, longest) * 1.05 + 0.2  # room above the highest point
+    figure.update_layout(
+        **LAYOUT, height=380, showlegend=False,
+        xaxis={"tickvals": list(range(len(detectors))), "ticktext": detectors, "range": [-0.5, len(detectors) - 0.5],
+               "showgrid": False, "zeroline": False},
+        yaxis={"title": {"text": "steps from trigger to first alarm"}, "range": [0, top], "zeroline": True,
+               "zerolinecolor": "#566573", **({"tick0": 0, "dtick": 1} if top <= 10 else {})})
     rows = [[r["detector"], r["bug"], r["reproducer"], r["seed"], r["run"], r["latency_steps"], r["latency_seconds"],
              r["rule"]] for r in run_latencies.head(POINTS_SHOWN).to_dict("records")]
     return Chart("latency-chart", as_dict(figure),
@@ -90,17 +134,36 @@ def latency_chart(run_latencies):
                  rows, rows_total=len(run_latencies))
 
 
+RATIO_TICKS = [k * 10.0 ** e for e in range(-2, 4) for k in (1, 2, 5)]
+
+
 def overhead_chart(overhead):
-    """Median step-time and end-to-end ratios per detector (log axis: they span 1x to ~100x)."""
+    """Median step-time and end-to-end ratios per detector as bars from the 1× line (plain's speed) on a log
+    axis: the ratios span 1x to ~100x, and a ratio below 1 (faster than plain) hangs below the line.
+
+    Plotly draws a bar from ``base`` to ``base + y``, so ``y`` is ratio - 1; the ratio is in ``customdata``
+    and on the bar."""
     records = overhead.to_dict("records")
     detectors = [r["detector"] for r in records]
+
+    def ratio_bars(name, key, colour, what):
+        # a stored table is data: anything but a number is drawn as no bar (the table shows it, escaped)
+        ratios = [r[key] if isinstance(r[key], (int, float)) and not isinstance(r[key], bool) else None
+                  for r in records]
+        return go.Bar(name=name, x=detectors, base=[1] * len(ratios), customdata=ratios,
+                      y=[None if ratio is None else ratio - 1 for ratio in ratios],
+                      text=["" if ratio is None else f"×{ratio:.3g}" if ratio < 100 else f"×{ratio:.0f}"
+                            for ratio in ratios], textposition="outside",
+                      cliponaxis=False, marker_color=colour,
+                      hovertemplate=f"%{{x}}: {what} ×%{{customdata}}<extra></extra>")
+
     figure = go.Figure([
-        go.Bar(name="step-time ratio", x=detectors, y=[r["median_step_time_ratio"] for r in records],
-               marker_color="#1f5f99", hovertemplate="%{x}: step time ×%{y}<extra></extra>"),
-        go.Bar(name="end-to-end ratio", x=detectors, y=[r["median_end_to_end_ratio"] for r in records],
-               marker_color="#b9770e", hovertemplate="%{x}: end to end ×%{y}<extra></extra>"),
+        ratio_bars("step-time ratio", "median_step_time_ratio", "#1f5f99", "step time"),
+        ratio_bars("end-to-end ratio", "median_end_to_end_ratio", "#b9770e", "end to end"),
     ] if records else [])
-    figure.add_hline(y=1, line_dash="dot", line_color="#888")
-    figure.update_layout(**LAYOUT, height=360, barmode="group", legend={"orientation": "h"},
-                         yaxis={"type": "log", "title": {"text": "instrumented / plain (median over pairs)"}})
+    figure.add_hline(y=1, line_color="#566573")
+    figure.update_layout(**LAYOUT, height=360, barmode="group", legend={"orientation": "h"}, yaxis={
+        "type": "log", "title": {"text": "instrumented / plain (median over pairs)<br>below ×1: faster than plain"},
+        # plotly labels a log axis's 2s and 5s with the digit alone: "5" below the 1 would read as 5, not 0.5
+        "tickvals": RATIO_TICKS, "ticktext": [f"×{tick:g}" for tick in RATIO_TICKS]})
     return Chart("overhead-chart", as_dict(figure), table_id="overhead")

@@ -6,8 +6,10 @@ from runners.selectors import visible_campaigns
 
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
 from .compare import compare_query, comparison_frame
+from .leaderboard import build_leaderboard
+from .methodology import CITATION, detectors, sections
 from .models import Evaluation
-from .results import TABLES, NotFound, Results
+from .results import TABLES, NotFound, Results, results_viewer
 from .tables import matrix
 
 
@@ -62,3 +64,25 @@ def compare_export(request, fmt):
         errors = form.errors.as_text() or filters.errors.as_text() or "choose sides a and b"
         return HttpResponseBadRequest(f"Invalid comparison: {errors}", content_type="text/plain")
     return download("comparison", comparison_frame(result.shown), fmt)
+
+
+def leaderboard(request):
+    """One row per detector, ranked by the bugs caught beyond the fixed twin (evaluation.leaderboard)."""
+    try:
+        board = build_leaderboard(request.GET, request.user)
+    except NotFound as error:
+        raise Http404(str(error)) from error
+    return render(request, "evaluation/leaderboard.html", {
+        "board": board, "summary": board.runs_summary(),
+        "evaluations": Evaluation.objects.filter(campaign__in=visible_campaigns(board.results.viewer))[:20],
+    })
+
+
+def methodology(request):
+    """The definitions, rendered from the code that applies them (evaluation.methodology), and how to cite the
+    latest evaluation the reader may see."""
+    evaluation = Evaluation.objects.filter(
+        campaign__in=visible_campaigns(results_viewer(request.user))).select_related("campaign").first()
+    return render(request, "evaluation/methodology.html", {
+        "sections": sections(), "detectors": detectors(), "citation": CITATION, "evaluation": evaluation,
+    })

@@ -1,4 +1,6 @@
 """The run page's loss chart and a bug's stability history."""
+from datetime import UTC, timedelta
+
 import plotly.graph_objects as go
 
 from core.charts import LAYOUT, PALETTE, VARIANT_COLOURS, Chart, as_dict, label
@@ -48,6 +50,23 @@ def environment_label(environment):
     return f"torch {environment.torch or '?'} · {environment.gpu or 'CPU'} · {environment.host}"
 
 
+# Plotly ticks a date axis as finely as its span asks: checks seconds apart got ticks in fractions of a
+# millisecond. The time axis spans at least this, so ticks fall on whole minutes.
+SHORTEST_TIME_AXIS = timedelta(hours=1)
+
+
+def plot_time(moment):
+    """A moment as plotly reads a date (it ignores time zones): UTC, to the second."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def time_axis_range(moments):
+    """The moments, 5 % of their span on each side, widened around their middle to SHORTEST_TIME_AXIS."""
+    first, last = min(moments), max(moments)
+    margin = max((last - first) / 20, (SHORTEST_TIME_AXIS - (last - first)) / 2)
+    return [plot_time(first - margin), plot_time(last + margin)]
+
+
 def stability_chart(checks):
     """A bug's stability checks over time: the fraction of seeds whose buggy (●) and fixed (✕) variants
     manifested, one colour per environment (torch version, GPU or CPU, host)."""
@@ -59,7 +78,7 @@ def stability_chart(checks):
         for variant, symbol in ((Variant.BUGGY, "circle"), (Variant.FIXED, "x")):
             counts = [c.buggy_manifested if variant == Variant.BUGGY else c.fixed_manifested for c in mine]
             figure.add_trace(go.Scatter(
-                x=[c.checked_at.isoformat() for c in mine], y=[n / c.seeds if c.seeds else None
+                x=[plot_time(c.checked_at) for c in mine], y=[n / c.seeds if c.seeds else None
                                                                 for n, c in zip(counts, mine)],
                 mode="lines+markers", name=label(f"{variant} · {environment}"),
                 legendgroup=str(index), line={"color": PALETTE[index % len(PALETTE)],
@@ -68,10 +87,12 @@ def stability_chart(checks):
                 text=[label(f"{c.reproducer_version.reproducer.name} @ {c.reproducer_version.short_hash}: "
                             f"{variant} {n}/{c.seeds}, {c.get_verdict_display().lower()}"
                             + (f", {c.failed_runs} failed" if c.failed_runs else "")) for n, c in zip(counts, mine)],
-                hovertemplate="%{x}<br>%{text}<extra></extra>",
+                hovertemplate="%{x|%Y-%m-%d %H:%M:%S} UTC<br>%{text}<extra></extra>",
             ))
-    figure.update_layout(**LAYOUT, height=320 + 22 * len(environments), legend={"orientation": "h", "y": -0.15,
+    figure.update_layout(**LAYOUT, height=320 + 22 * len(environments), legend={"orientation": "h", "y": -0.3,
                                                                                "yanchor": "top"},
+                         xaxis={"type": "date", "title": {"text": "checked at (UTC)"},
+                                "range": time_axis_range([c.checked_at for c in checks]) if checks else None},
                          yaxis={"title": {"text": "seeds manifesting"}, "range": [-0.05, 1.05], "tickformat": ".0%"})
     rows = [[f"{c.checked_at:%Y-%m-%d %H:%M} UTC", c.reproducer_version.reproducer.name,
              c.reproducer_version.short_hash,

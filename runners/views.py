@@ -1,4 +1,6 @@
+import gzip
 import math
+import re
 from functools import cache
 
 from django.conf import settings
@@ -10,6 +12,8 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
@@ -152,14 +156,26 @@ def campaign_retry(request, pk):
     return redirect(campaign)
 
 
+# The plotly.js version is in the URL, so a browser may keep the file for a year and never ask again.
+PLOTLY_JS_PATH = f"vendor/plotly-{get_plotlyjs_version()}.min.js"
+ACCEPTS_GZIP = re.compile(r"\bgzip\b")
+
+
 @cache
 def _plotly_js():
-    from plotly.offline import get_plotlyjs
+    """plotly.min.js from the installed plotly package, plain and gzipped, made once per process."""
+    script = get_plotlyjs().encode()
+    return script, gzip.compress(script, mtime=0)
 
-    return get_plotlyjs()
 
-
-@cache_control(public=True, max_age=86400)
+@cache_control(public=True, max_age=365 * 24 * 3600, immutable=True)
+@vary_on_headers("Accept-Encoding")
 def plotly_js(request):
-    """plotly.js from the installed plotly package: nothing is fetched from a CDN."""
-    return HttpResponse(_plotly_js(), content_type="application/javascript")
+    """plotly.js from the installed plotly package: nothing is fetched from a CDN. Gzipped to clients that
+    accept it (1.5 MB instead of 4.8 MB)."""
+    script, gzipped = _plotly_js()
+    if not ACCEPTS_GZIP.search(request.headers.get("Accept-Encoding", "")):
+        return HttpResponse(script, content_type="application/javascript")
+    response = HttpResponse(gzipped, content_type="application/javascript")
+    response["Content-Encoding"] = "gzip"
+    return response

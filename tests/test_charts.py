@@ -66,17 +66,20 @@ def test_false_positive_bars_and_wilson_error_bars_equal_the_table(client, runs)
 
 def test_latency_points_are_the_detected_runs_and_give_the_table_medians(client, runs):
     page = client.get("/results/").content.decode()
-    boxes = {trace["name"]: trace for trace in figure(page, "latency-chart-figure")["data"]}
+    traces = figure(page, "latency-chart-figure")["data"]
+    boxes = {trace["name"]: trace for trace in traces if trace["type"] == "box"}
+    points = {trace["name"]: trace for trace in traces if trace["type"] == "scatter"}
     rows = table(page, "latency-chart-table")
-    assert set(boxes) == {"param_not_updated"}
-    assert sorted(boxes["param_not_updated"]["y"]) == sorted(int(r["latency steps"]) for r in rows) == [0, 2, 4]
+    assert set(boxes) == set(points) == {"param_not_updated"}
+    assert sorted(points["param_not_updated"]["y"]) == sorted(boxes["param_not_updated"]["y"]) \
+        == sorted(int(r["latency steps"]) for r in rows) == [0, 2, 4]
     assert {r["run"] for r in rows} == {str(runs[k].pk) for k in ("detected", "detected_seed_1", "cuda")}
     summary = {row["Detector"]: row for row in table(page, "latency")}["param_not_updated"]
     assert float(summary["Median steps"]) == statistics.median(boxes["param_not_updated"]["y"]) == 2
     assert float(summary["Max steps"]) == max(boxes["param_not_updated"]["y"]) == 4
 
 
-def test_overhead_bars_equal_the_stored_table_on_a_log_axis(client):
+def test_overhead_bars_equal_the_stored_table(client):
     overhead = [{"detector": "nan_inf", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 1.07,
                  "median_end_to_end_ratio": 1.2},
                 {"detector": "traincheck_full", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 73.4,
@@ -90,8 +93,10 @@ def test_overhead_bars_equal_the_stored_table_on_a_log_axis(client):
     assert chart["layout"]["yaxis"]["type"] == "log"
     rows = table(page, "overhead")
     assert step["x"] == end_to_end["x"] == [row["Detector"] for row in rows]
-    assert step["y"] == [float(row["Step-time ratio"]) for row in rows] == [1.07, 73.4]
-    assert end_to_end["y"] == [float(row["End-to-end ratio"]) for row in rows] == [1.2, 80.1]
+    assert step["customdata"] == [float(row["Step-time ratio"]) for row in rows] == [1.07, 73.4]
+    assert end_to_end["customdata"] == [float(row["End-to-end ratio"]) for row in rows] == [1.2, 80.1]
+    for bars in (step, end_to_end):  # each bar runs from 1 to its ratio (tests/test_charts_layout.py)
+        assert [base + length for base, length in zip(bars["base"], bars["y"])] == pytest.approx(bars["customdata"])
     detector_only = figure(client.get("/results/", {"detector": "traincheck_full"}).content.decode(),
                            "overhead-chart-figure")
     assert detector_only["data"][0]["x"] == ["traincheck_full"]
@@ -100,7 +105,7 @@ def test_overhead_bars_equal_the_stored_table_on_a_log_axis(client):
 def test_plots_follow_the_filter(client, runs):
     page = client.get("/results/", {"bug": "TEST-B"}).content.decode()
     assert figure(page, "detection-heatmap-figure")["data"][0]["y"] == ["TEST-B (cpu)", "TEST-B (cuda)"]
-    assert sorted(figure(page, "latency-chart-figure")["data"][0]["y"]) == [4]
+    assert [sorted(trace["y"]) for trace in figure(page, "latency-chart-figure")["data"]] == [[4], [4]]  # box, points
     bars = figure(page, "false-positive-chart-figure")["data"][0]
     assert bars["x"] == ["param_not_updated"] and bars["y"] == [1.0]  # TEST-B's one clean run alarmed
     empty = client.get("/results/", {"outcome": "missed"}).content.decode()
@@ -138,7 +143,8 @@ def test_hostile_text_in_plots_is_text(client):
     make_runs(bug_title=HOSTILE, rule=HOSTILE, environment=environment(HOSTILE, "2.4.1"))
     page = client.get("/results/").content.decode()
     assert "<script>alert" not in page
-    points = figure(page, "latency-chart-figure")["data"][0]["text"]
+    box, points = figure(page, "latency-chart-figure")["data"]
+    points = points["text"]
     assert all("&lt;script&gt;" in text and "<script>" not in text for text in points)  # plotly shows it literally
     run_page = client.get(f"/runs/{Alarm.objects.first().run_id}/").content.decode()
     assert "<script>alert" not in run_page
@@ -155,6 +161,6 @@ def test_a_huge_latency_plot_keeps_every_value_but_draws_and_lists_fewer_points(
                           "seed": range(many), "run": range(many), "latency_steps": [1] * many,
                           "latency_seconds": [0.1] * many, "rule": ["r"] * many})
     chart = latency_chart(frame)
-    [trace] = chart.figure["data"]
-    assert len(trace["y"]) == many and trace["boxpoints"] == "outliers" and "text" not in trace
+    [trace] = chart.figure["data"]  # the box alone, no points trace
+    assert trace["type"] == "box" and len(trace["y"]) == many and trace["boxpoints"] == "outliers"
     assert len(chart.rows) == POINTS_SHOWN and chart.rows_total == many and chart.rows_cut

@@ -1,5 +1,6 @@
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,16 @@ def command_line(options):
         if value not in (None, defaults.get(name)):
             parts.append(f"--{name.replace('_', '-')} {','.join(value) if isinstance(value, list) else value}")
     return " ".join(parts)
+
+
+def source_commit():
+    """The commit of the code that ran the evaluation (what its citation names), or "" outside a git checkout."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
 
 
 class Command(BaseCommand):
@@ -93,6 +104,7 @@ class Command(BaseCommand):
                 "command": command_line(options), "seeds": options["seeds"], "detectors": [d.name for d in detectors],
                 "pairs": options["pairs"], "overhead_workload": str(workload.reproducer),
                 "host": socket.gethostname(), "torch": torch.__version__, "traincheck": tool_version(),
+                "commit": source_commit(),
             }, acting_user=None)
         self.write_results(evaluation, options["results"])
         self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")

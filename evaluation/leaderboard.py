@@ -1,0 +1,124 @@
+"""The leaderboard: one row per detector over the runs a selection takes (``evaluation.results.Results``: a stored
+evaluation, a campaign, or every run the viewer may see), built from the same tables as the results page. Detectors
+are ranked by the bugs they caught *beyond the fixed twin* (``evaluation.metrics.detected_beyond_clean``, counted in
+the detection table); ``plain`` is the baseline the overhead is measured against, shown apart and never ranked."""
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from django.urls import reverse
+
+from core.enums import Variant
+from runners.models import RunStatus
+
+from .results import Results
+
+BASELINE = "plain"  # the detector whose runs the overhead pairs compare against (manage.py evaluate)
+SELECTION = ("evaluation", "campaign")  # the query parameters that choose the runs; the leaderboard has no filter
+
+
+@dataclass
+class Standing:
+    """A detector's row: its bugs, false-positive rate, latency and overhead, and where the runs behind each are."""
+
+    detector: str
+    bugs: int = 0  # bugs with a buggy run under this detector
+    caught: int = 0  # bugs with a detected buggy run
+    beyond_fixed: int = 0  # bugs with a detection whose rule did not also fire on the fixed twin
+    false_positives: dict = field(default_factory=dict)  # its row of the false-positive table
+    latency: dict = field(default_factory=dict)  # its row of the latency table
+    overhead: dict = field(default_factory=dict)  # its row of the overhead table
+    links: dict = field(default_factory=dict)  # cell name -> URL of the runs (or the table) behind it
+    rank: int | None = None  # None for the baseline
+
+
+@dataclass
+class Leaderboard:
+    results: Results
+    ranked: list
+    baseline: Standing | None
+
+    @property
+    def evaluation(self):
+        return self.results.evaluation
+
+    @property
+    def campaign_id(self):
+        return self.results.campaign_id
+
+    def runs_summary(self):
+        """How many runs the selection holds, which seeds and which torch versions ran them."""
+        runs = self.results.runs
+        return {
+            "runs": runs.count(), "succeeded": runs.filter(status=RunStatus.SUCCEEDED).count(),
+            "seeds": sorted(set(runs.values_list("seed", flat=True).distinct())),
+            "torch": sorted(set(runs.exclude(environment=None).values_list("environment__torch", flat=True)
+                                .distinct()) - {""}),
+        }
+
+
+def selection_query(query):
+    """The part of a query string that chooses the runs (``?evaluation=`` or ``?campaign=``)."""
+    return {name: query[name] for name in SELECTION if query.get(name)}
+
+
+def build_leaderboard(query, user, stored_only=False):
+    """The leaderboard of the runs ``query`` selects, as ``user`` may see them (NotFound as for the results). With
+    ``stored_only``, None unless it selects a stored evaluation (the live tables judge every run they cover)."""
+    results = Results(selection_query(query), user)
+    if stored_only and results.evaluation is None:
+        return None
+    by_detector = standings(*(results.table(name).to_dict("records")
+                              for name in ("detection", "false-positives", "latency", "overhead")))
+    for name, standing in by_detector.items():
+        standing.links = _links(results, name)
+    baseline = by_detector.pop(BASELINE)
+    ranked = sorted(by_detector.values(), key=lambda s: (-s.beyond_fixed, -s.caught, _fp_rate(s), s.detector))
+    for position, standing in enumerate(ranked, start=1):
+        previous = ranked[position - 2] if position > 1 else None
+        tied = previous is not None and previous.beyond_fixed == standing.beyond_fixed
+        standing.rank = previous.rank if tied else position
+    return Leaderboard(results, ranked, baseline if _has_data(baseline) or ranked else None)
+
+
+def standings(detection, false_positives, latency, overhead):
+    """{detector: Standing} from the records of the four tables (the baseline included, links left empty)."""
+    by_table = [{row["detector"]: row for row in records} for records in (false_positives, latency, overhead)]
+    found = {}
+    for name in {row["detector"] for row in detection}.union(*by_table, {BASELINE}):
+        rows = [row for row in detection if row["detector"] == name]
+        found[name] = Standing(
+            name, bugs=len({row["bug"] for row in rows if row["buggy_runs"]}),
+            caught=len({row["bug"] for row in rows if row["detected_runs"]}),
+            beyond_fixed=len({row["bug"] for row in rows if row.get("detected_beyond_fixed_runs")}),
+            false_positives=by_table[0].get(name, {}), latency=by_table[1].get(name, {}),
+            overhead=by_table[2].get(name, {}))
+    return found
+
+
+def _fp_rate(standing):
+    rate = standing.false_positives.get("fp_rate")
+    return 1.0 if rate is None else rate
+
+
+def _has_data(standing):
+    return bool(standing.bugs or standing.false_positives)
+
+
+def _links(results, detector):
+    """Where the runs behind each of a detector's numbers are listed: the runs API filtered to the selection's
+    campaign, the detector, the variant and succeeded runs (the tables count only those), and the results page
+    for the numbers that come from its tables (latency)."""
+    campaign = results.evaluation.campaign_id if results.evaluation else results.campaign_id
+    runs = {"detector__name": detector, "status": RunStatus.SUCCEEDED, **({"campaign": campaign} if campaign else {})}
+    selection = ({"evaluation": results.evaluation.pk} if results.evaluation
+                 else {"campaign": campaign} if campaign else {})
+    table = reverse("evaluation:results") + "?" + urlencode({**selection, "detector": detector})
+    links = {
+        "buggy_runs": reverse("run-list") + "?" + urlencode({**runs, "variant": Variant.BUGGY}),
+        "clean_runs": reverse("run-list") + "?" + urlencode({**runs, "variant": Variant.FIXED}),
+        "matrix": table + "#detection-matrix", "latency": table + "#latency",
+    }
+    if results.evaluation and results.evaluation.overhead_campaign_id:
+        links["overhead_runs"] = reverse("run-list") + "?" + urlencode(
+            {"campaign": results.evaluation.overhead_campaign_id, "detector__name": detector})
+    return links

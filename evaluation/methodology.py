@@ -1,0 +1,154 @@
+"""The methodology: what the benchmark measures and how, in the words of the code that does it. The /methodology/
+page and docs/methodology.md (``manage.py methodology``) are both rendered from ``sections()`` and
+``detectors()``, whose text is the docstrings and constants that define each thing (evaluation.metrics, the
+detector registry, ...), so that neither can drift from the code. Text that no code holds (what each bug
+status means, the strategies, the oracle) is written here, once."""
+import html
+import inspect
+import re
+from dataclasses import dataclass
+
+from django.utils.safestring import mark_safe
+
+from bugs.models import Bug, BugStatus, Reproducer, Strategy
+from core.enums import Variant
+from runners import fitting
+from runners.detectors import all_plugins
+from runners.models import StabilityCheck
+
+from . import leaderboard, metrics, overhead, tables
+
+
+@dataclass(frozen=True)
+class Section:
+    slug: str
+    title: str
+    blocks: tuple  # Markdown: paragraphs, and lists whose items start with "* "
+    sources: tuple  # where the code defines it
+
+
+def doc(thing):
+    """A docstring as Markdown (reStructuredText's ``code`` becomes `code`), one block per paragraph."""
+    return tuple(inspect.getdoc(thing).replace("``", "`").split("\n\n"))
+
+
+def term(name, thing):
+    """``doc(thing)`` with its first paragraph led by the term it defines in bold."""
+    first, *rest = doc(thing)
+    return (f"**{name}.** {first}", *rest)
+
+
+STATUS_MEANING = {
+    BugStatus.SUBMITTED: "sent by a contributor and waiting for a maintainer's first approval; only its submitter "
+                         "and the maintainers see it, and none of its code runs before that approval.",
+    BugStatus.APPROVED: "a maintainer approved its reproducer; its verification is under way.",
+    BugStatus.VERIFIED: "the verification's verdict: it reproduces on every seed, and its fix never shows the symptom.",
+    BugStatus.FLAKY: "the verification's verdict: it reproduced, but not on every seed, or the fix showed it too, or "
+                     "a run crashed.",
+    BugStatus.UNREPRODUCIBLE: "the verification's verdict: the buggy variant never showed the symptom.",
+    BugStatus.DEPRECATED: "retired by a maintainer, with a reason; it keeps its last verdict.",
+}
+STRATEGY_MEANING = {
+    Strategy.FAITHFUL: "the real library code hits the real bug on the torch version the benchmark runs.",
+    Strategy.INJECTED: "the faulty logic is rebuilt in a small training loop, because the bug is fixed upstream or "
+                       "needs hardware the benchmark does not have.",
+}
+ORACLE = (
+    "Every run of a reproducer ends with its **oracle** record: whether the silent error showed in this run "
+    "(`manifested`) and the **trigger step**, the first training step at which the fault is active (the same number "
+    "for both variants). The oracle checks the symptom itself (the numbers the training computes), not its cause, "
+    "so that it is the ground truth whatever a detector looks at.",
+    "The trigger step is the ground truth for detection: an alarm before it is a false alarm, and latency counts "
+    "from it. Its time (`trigger_time`) is the time at which the trigger step began, for the latency in seconds.",
+)
+CITATION = (
+    "Cite a stored evaluation, never the live tables: its ID, the date it was stored, the environment it ran in "
+    "(torch version, host) and the commit of the code. The /methodology/ page of a running SilentBench shows them "
+    "for its latest evaluation, and the /leaderboard/ and /results/ pages say which evaluation their numbers come "
+    "from. An evaluation's tables are stored when it finishes, so they do not change as more runs land.",
+)
+
+
+def sections():
+    """The methodology's sections, in reading order."""
+    wilson_z = inspect.signature(metrics.wilson_interval).parameters["z"].default
+    return (
+        Section("lifecycle", "Bugs and their lifecycle", (
+            *term("Bug", Bug),
+            "\n".join(f"* **{status.label}**: {STATUS_MEANING[status]}" for status in BugStatus),
+            *term("Stability check", StabilityCheck),
+        ), ("bugs/models.py: Bug, BugStatus", "runners/models.py: StabilityCheck")),
+        Section("reproducers", "Reproducers: faithful, injected and simulated", (
+            *term("Reproducer", Reproducer), *term("Variants", Variant),
+            "\n".join([*(f"* **{strategy.label}**: {STRATEGY_MEANING[strategy]}" for strategy in Strategy),
+                       f"* **Simulated** (with either strategy): {Reproducer.simulated.field.help_text}"]),
+        ), ("bugs/models.py: Reproducer, Strategy", "core/enums.py: Variant")),
+        Section("oracle", "The oracle and the trigger step", ORACLE, ("docs/reproducer-protocol.md",)),
+        Section("detection", "Detected, false alarm and beyond the fixed twin", (
+            *doc(metrics), *term("Judging a run", metrics.judge_run),
+            *term("Beyond the fixed twin", metrics.detected_beyond_clean), *term("Matrix cell", tables.cell_text),
+        ), ("evaluation/metrics.py: judge_run, detected_beyond_clean", "evaluation/tables.py: cell_text")),
+        Section("false-positives", "False-positive rates and the Wilson interval", (
+            *term("False-positive table", tables.false_positive_table),
+            *term("Wilson interval", metrics.wilson_interval),
+            f"The 95 % interval takes z = {wilson_z}.",
+        ), ("evaluation/tables.py: false_positive_table", "evaluation/metrics.py: wilson_interval")),
+        Section("latency", "Latency", term("Latency table", tables.latency_table),
+                ("evaluation/tables.py: latency_table",)),
+        Section("overhead", "Overhead pairs", (
+            *doc(overhead), f"Warm-up steps left out of the step time: {overhead.WARM_UP_STEPS}.",
+        ), ("evaluation/overhead.py",)),
+        Section("fit", "The fit phase", (*doc(fitting), *term("Held-out references", fitting.is_fit_reference)),
+                ("runners/fitting.py",)),
+        Section("leaderboard", "The leaderboard", doc(leaderboard), ("evaluation/leaderboard.py",)),
+    )
+
+
+def detectors():
+    """[(name, description, needs_fit)] of every registered detector."""
+    return [(name, plugin.description, plugin.needs_fit) for name, plugin in all_plugins().items()]
+
+
+def markdown_document():
+    """docs/methodology.md."""
+    parts = ["# SilentBench methodology\n",
+             "Generated from the code's own definitions by `manage.py methodology`; do not edit by hand. "
+             "The dashboard's /methodology/ page shows the same text.\n"]
+    for section in sections():
+        parts += [f"## {section.title}\n", *(f"{block}\n" for block in section.blocks),
+                  f"_Defined in: {'; '.join(section.sources)}._\n"]
+    parts.append("## Detectors\n")
+    parts.append("\n".join(f"* `{name}`{' (fits first)' if needs_fit else ''}: {description}"
+                           for name, description, needs_fit in detectors()) + "\n")
+    parts += ["_Defined in: runners/detectors/, each plugin's `description`._\n", "## How to cite\n",
+              *(f"{block}\n" for block in CITATION)]
+    return "\n".join(parts)
+
+
+INLINE = re.compile(r"\*\*(?P<strong>.+?)\*\*|`(?P<code>[^`]+)`|(?<![\w*])\*(?P<em>[^\s*][^*]*?)\*(?![\w*])")
+
+
+def inline_html(text):
+    """Escaped text with the Markdown of these docstrings (**strong**, *emphasis*, `code`) as HTML."""
+    out, position = [], 0
+    for match in INLINE.finditer(text):
+        out.append(html.escape(text[position:match.start()]))
+        tag = match.lastgroup
+        out.append(f"<{tag}>{html.escape(match.group(tag))}</{tag}>")
+        position = match.end()
+    out.append(html.escape(text[position:]))
+    return mark_safe("".join(out))
+
+
+def to_html(block):
+    """One block of ``sections()`` as HTML: a list when its lines start with "* ", else a paragraph."""
+    lines = block.strip().splitlines()
+    if not lines[0].startswith("* "):
+        return mark_safe(f"<p>{inline_html(' '.join(line.strip() for line in lines))}</p>")
+    items = []
+    for line in lines:
+        if line.startswith("* "):
+            items.append(line[2:].strip())
+        else:
+            items[-1] += " " + line.strip()
+    return mark_safe("<ul>" + "".join(f"<li>{inline_html(item)}</li>" for item in items) + "</ul>")

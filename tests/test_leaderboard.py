@@ -1,0 +1,214 @@
+"""The leaderboard (/leaderboard/) and its box on the catalog page: ranking by bugs caught beyond the fixed twin,
+the cells, plain as the baseline, links to the runs behind each number, and what each role may count."""
+import re
+from html import unescape
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from bugs.models import BugStatus, ReviewState
+from runners.registry import detector_record
+
+from .factories import (
+    AlarmFactory,
+    BugFactory,
+    CampaignFactory,
+    EnvironmentFactory,
+    EvaluationFactory,
+    MaintainerFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    UserFactory,
+)
+from .helpers import table
+
+pytestmark = pytest.mark.django_db
+TRIGGER = 3
+
+
+def run(version, detector, variant, alarms=(), seed=0, **fields):
+    """A succeeded run with alarms given as {step: rule}."""
+    made = RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant, seed=seed,
+                      status="succeeded", steps=10, trigger_step=TRIGGER, trigger_time=100.0,
+                      manifested=variant == "buggy", **fields)
+    for step, rule in dict(alarms).items():
+        AlarmFactory(run=made, step=step, rule=rule, time=100.0 + (step - TRIGGER) / 2)
+    return made
+
+
+def version_of(bug_id, **bug_fields):
+    return ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id, **bug_fields)))
+
+
+@pytest.fixture
+def runs():
+    """Two bugs. traincheck detects both, but its rule fires on each fixed twin too; grad_health detects one bug
+    with a rule its fixed twin does not raise; nan_inf detects nothing; plain runs both."""
+    environment = EnvironmentFactory(torch="2.13.0+cpu")
+    first, second = version_of("TEST-A"), version_of("TEST-B")
+    for version in (first, second):
+        run(version, "traincheck", "buggy", {5: "invariant"}, environment=environment)
+        run(version, "traincheck", "fixed", {6: "invariant"}, environment=environment)
+        run(version, "nan_inf", "buggy", environment=environment, seed=1)
+        run(version, "nan_inf", "fixed", environment=environment, seed=1)
+        run(version, "plain", "buggy", environment=environment)
+        run(version, "plain", "fixed", environment=environment)
+    run(first, "grad_health", "buggy", {4: "exploding_gradient"}, environment=environment)
+    run(first, "grad_health", "fixed", environment=environment)
+    run(second, "grad_health", "buggy", environment=environment)
+    run(second, "grad_health", "fixed", environment=environment)
+    return first, second
+
+
+def rows_by_detector(page):
+    return {row["Detector"]: row for row in table(page, "leaderboard")}
+
+
+def hrefs(page, detector):
+    """The links of a detector's row, in column order."""
+    row = re.search(rf"<tr[^>]*><td>[^<]*</td>\s*<td><a [^>]*>{detector}</a>.*?</tr>", page, re.S).group(0)
+    return [unescape(href) for href in re.findall(r'href="([^"]+)"', row)]
+
+
+def test_a_detector_that_also_fires_on_the_fixed_twin_ranks_below_one_that_does_not(client, runs):
+    page = client.get(reverse("leaderboard")).content.decode()
+    rows = rows_by_detector(page)
+    ranked = [row["Detector"] for row in table(page, "leaderboard") if row["Rank"] != "baseline"]
+    assert ranked == ["grad_health", "traincheck", "nan_inf"]
+    assert (rows["grad_health"]["Rank"], rows["traincheck"]["Rank"], rows["nan_inf"]["Rank"]) == ("1", "2", "2")
+    assert rows["traincheck"]["Bugs caught"] == "2/2"  # caught more, but tells no bug from its fix
+    assert rows["traincheck"]["Bugs caught beyond the fixed twin"] == "0/2"
+    assert rows["grad_health"]["Bugs caught"] == rows["grad_health"]["Bugs caught beyond the fixed twin"] == "1/2"
+    assert rows["traincheck"]["FP rate per clean run [Wilson 95%]"] == "1.0 [0.342, 1.0]"
+    assert rows["grad_health"]["FP rate per clean run [Wilson 95%]"] == "0.0 [0.0, 0.658]"
+    assert rows["grad_health"]["Median latency"] == "1 steps · 0.5 s"
+    assert rows["nan_inf"]["Median latency"] == "–"
+
+
+def test_plain_is_the_baseline_not_a_competitor(client, runs):
+    page = client.get(reverse("leaderboard")).content.decode()
+    rows = table(page, "leaderboard")
+    assert [row["Detector"] for row in rows if row["Rank"] == "baseline"] == ["plain"]
+    assert rows[-1]["Detector"] == "plain" and rows[-1]["Overhead vs plain"] == "×1 (the baseline)"
+    assert re.search(r'<tbody class="baseline">\s*<tr class="baseline"><td>baseline</td>', page)
+
+
+def test_the_page_says_what_it_shows(client, runs):
+    page = client.get(reverse("leaderboard")).content.decode()
+    assert "All runs." in page and "not a result to cite" in page
+    summary = " ".join(re.search(r'id="runs-summary">(.*?)</p>', page, re.S).group(1).split())
+    assert summary.startswith("16 runs (16 succeeded") and "seeds 0, 1" in summary and "torch 2.13.0+cpu" in summary
+
+
+def test_every_number_links_to_the_runs_behind_it(client, runs):
+    page = client.get(reverse("leaderboard")).content.decode()
+    links = hrefs(page, "traincheck")
+    results_link, beyond, caught, fp_rate, latency = links
+    assert results_link == reverse("evaluation:results") + "?detector=traincheck#detection-matrix"
+    assert beyond == caught and latency.endswith("#latency")
+    buggy = client.get(caught).json()
+    assert buggy["count"] == 2 and {r["variant"] for r in buggy["results"]} == {"buggy"}
+    clean = client.get(fp_rate).json()
+    assert clean["count"] == 2 and {r["variant"] for r in clean["results"]} == {"fixed"}
+    assert client.get(latency).status_code == 200
+
+
+@pytest.fixture
+def evaluation():
+    """A stored evaluation: its tables say grad_health leads; its campaign holds a run of each detector."""
+    campaign = CampaignFactory(name="evaluation", purpose="evaluation")
+    overhead_campaign = CampaignFactory(name="overhead", purpose="overhead")
+    detection = [
+        {"bug": "TEST-A", "reproducer": "cpu", "detector": detector, "buggy_runs": 1, "detected_runs": detected,
+         "detected_beyond_fixed_runs": beyond, "fixed_runs": 1, "fixed_runs_with_alarm": 0,
+         "pre_trigger_false_alarm_runs": 0, "outcome": "detected" if detected else "missed"}
+        for detector, detected, beyond in (("traincheck", 1, 0), ("grad_health", 1, 1), ("nan_inf", 0, 0))]
+    false_positives = [{"detector": "traincheck", "clean_runs": 2, "clean_runs_with_alarm": 2, "fp_rate": 1.0,
+                        "fp_ci_low": 0.342, "fp_ci_high": 1.0, "per_check_fp_rate": 0.1023}]
+    latency = [{"detector": "grad_health", "bugs_detected": 1, "detected_runs": 1, "median_latency_steps": 2,
+                "median_latency_seconds": 0.25}]
+    overhead = [{"detector": "traincheck", "pairs": 5, "pairs_planned": 5, "median_step_time_ratio": 1.1391,
+                 "median_end_to_end_ratio": 5.7526}]
+    version = version_of("TEST-A")
+    for detector in ("traincheck", "grad_health", "nan_inf"):
+        run(version, detector, "buggy", campaign=campaign)
+    run(ReproducerVersionFactory(reproducer=ReproducerFactory(bug=None, name="clean-mlp")), "traincheck", "fixed",
+        campaign=overhead_campaign)
+    return EvaluationFactory(campaign=campaign, overhead_campaign=overhead_campaign,
+                             parameters={"seeds": 1, "torch": "2.13.0+cpu", "command": "manage.py evaluate"},
+                             tables={"detection": detection, "false_positives": false_positives, "latency": latency,
+                                     "overhead": overhead})
+
+
+def test_a_stored_evaluation_is_ranked_from_its_stored_tables(client, evaluation):
+    page = client.get(reverse("leaderboard")).content.decode()
+    assert f"Evaluation <a href=\"{evaluation.get_absolute_url()}\">#{evaluation.pk}</a>" in page
+    assert "All runs." not in page
+    rows = rows_by_detector(page)
+    assert [(row["Rank"], row["Detector"]) for row in table(page, "leaderboard")] == [
+        ("1", "grad_health"), ("2", "traincheck"), ("2", "nan_inf"), ("baseline", "plain")]
+    assert rows["traincheck"]["Per-check FP rate"] == "0.1023"
+    assert rows["traincheck"]["Overhead vs plain"] == "×1.1391 step · ×5.7526 end to end"
+    assert rows["grad_health"]["Median latency"] == "2 steps · 0.25 s"
+    overhead_runs = client.get(hrefs(page, "traincheck")[-1]).json()
+    assert [r["campaign"] for r in overhead_runs["results"]] == [evaluation.overhead_campaign_id]
+    buggy = client.get(hrefs(page, "traincheck")[1]).json()
+    assert buggy["count"] == 1 and buggy["results"][0]["campaign"] == evaluation.campaign_id
+
+
+def test_the_catalog_shows_the_top_of_the_stored_leaderboard(client, evaluation):
+    page = client.get(reverse("bugs:list")).content.decode()
+    box = re.search(r'<section id="leaderboard-box".*?</section>', page, re.S).group(0)
+    assert f"Evaluation #{evaluation.pk}" in box
+    assert [row["Detector"] for row in table(box, "leaderboard")] == ["grad_health", "traincheck", "nan_inf"]
+    assert "baseline" not in [row["Rank"] for row in table(box, "leaderboard")]
+    assert reverse("leaderboard") in box
+
+
+def test_the_catalog_box_does_not_judge_live_runs(client, runs):
+    page = client.get(reverse("bugs:list")).content.decode()
+    box = re.search(r'<section id="leaderboard-box".*?</section>', page, re.S).group(0)
+    assert "No evaluation is stored yet" in box and 'id="leaderboard"' not in box
+
+
+def test_the_empty_leaderboard_says_what_to_do(client):
+    page = client.get(reverse("leaderboard")).content.decode()
+    assert 'id="empty"' in page and "manage.py evaluate" in page and 'id="leaderboard"' not in page
+
+
+def test_an_unknown_evaluation_is_not_found(client):
+    assert client.get(reverse("leaderboard") + "?evaluation=999").status_code == 404
+
+
+@pytest.mark.parametrize(("role", "caught"), [("anonymous", "1/2"), ("other", "1/2"), ("maintainer", "2/3")])
+def test_runs_of_unreviewed_code_count_only_for_who_may_see_them(client, runs, role, caught):
+    hidden_bug = BugFactory(bug_id="HIDDEN-1", status=BugStatus.SUBMITTED, submitted_by=UserFactory())
+    pending = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=hidden_bug),
+                                       review_state=ReviewState.PENDING)
+    run(pending, "grad_health", "buggy", {5: "exploding_gradient"})
+    run(pending, "grad_health", "fixed")
+    if role != "anonymous":
+        client.force_login(MaintainerFactory() if role == "maintainer" else UserFactory())
+    rows = rows_by_detector(client.get(reverse("leaderboard")).content.decode())
+    assert rows["grad_health"]["Bugs caught beyond the fixed twin"] == caught
+    assert rows["grad_health"]["Bugs caught"] == caught
+
+
+def test_the_queries_do_not_grow_with_the_runs(client, runs):
+    def queries(url):
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(url).status_code == 200
+        return len(captured)
+
+    urls = [reverse("leaderboard"), reverse("bugs:list"), reverse("methodology")]
+    for url in urls:
+        client.get(url)
+    small = {url: queries(url) for url in urls}
+    for n in range(3):
+        version = version_of(f"TEST-M{n}")
+        run(version, "traincheck", "buggy", {5: "invariant"}, seed=n)
+        run(version, "traincheck", "fixed", seed=n)
+    assert {url: queries(url) for url in urls} == small
