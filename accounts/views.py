@@ -72,6 +72,7 @@ def locked_out(request, original_response=None, credentials=None):
     if request.path.startswith("/api/"):
         response = JsonResponse({"detail": message}, status=429)
     else:
-        response = render(request, "registration/locked_out.html", {"message": message}, status=429)
+        response = render(request, "registration/locked_out.html", {"message": message, "next": safe_next(request)},
+                          status=429)
     response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
     return response

@@ -250,7 +250,7 @@ STATIC_ROOT = VAR_DIR / "staticfiles"  # collectstatic target (which makes it) i
 # Locally the finders serve the static files and STATIC_ROOT exists only after collectstatic: WhiteNoise's
 # warning about the missing folder says nothing then.
 warnings.filterwarnings("ignore", message=r"No directory at: .*staticfiles")
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", ("docs-img", BASE_DIR / "docs" / "img")]  # the docs' images: /docs/ pages
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

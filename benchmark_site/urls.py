@@ -30,6 +30,7 @@ urlpatterns = [
     path("results/", include("evaluation.urls")),
     path("leaderboard/", evaluation_views.leaderboard, name="leaderboard"),
     path("methodology/", evaluation_views.methodology, name="methodology"),
+    path("docs/", include("core.urls")),
     path("api/", include(router.urls)),
     path("api/results/", ResultsView.as_view(), name="api-results"),
     path("api/token/", ObtainApiTokenView.as_view(), name="api-token"),

@@ -1,19 +1,19 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from .actions import do_review_version, do_submit_reproducer
+from .actions import VERIFICATION_VERDICTS, do_review_version, do_submit_reproducer
 from .filters import BugFilter
 from .forms import SUBMITTED_BUG_FIELDS
-from .models import Bug, Reproducer, ReproducerVersion
+from .models import Bug, BugStatus, Reproducer, ReproducerVersion, Reproduction, id_prefix_problem
 from .permissions import CanReview, can_resubmit
 from .selectors import visible_bugs, visible_reproducers, visible_versions
-from .submissions import read_uploads
+from .submissions import check_uploads
 
 
 class ReproducerVersionSummarySerializer(serializers.ModelSerializer):
@@ -101,6 +101,21 @@ class ReproducerVersionViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(ReproducerVersionSummarySerializer(version).data)
 
 
+class StabilitySerializer(serializers.Serializer):
+    """The latest verification of a version: over ``seeds`` seeds, how often each variant showed the symptom."""
+
+    verdict = serializers.ChoiceField(choices=[(v.value, v.label) for v in VERIFICATION_VERDICTS],
+                                      help_text="verified: buggy on every seed, fixed on none, no run failed; "
+                                                "unreproducible: buggy on none; flaky: anything else.")
+    seeds = serializers.IntegerField(help_text="Seeds run, each of them in the buggy and the fixed variant.")
+    buggy_manifested = serializers.IntegerField(help_text="Seeds on which the buggy variant showed the symptom.")
+    fixed_manifested = serializers.IntegerField(help_text="Seeds on which the fixed variant showed it (none when "
+                                                          "verified).")
+    failed_runs = serializers.IntegerField(help_text="Runs that failed (crash, time limit, ...); none when verified.")
+    campaign = serializers.IntegerField(source="campaign_id", allow_null=True, help_text="The verification campaign.")
+    checked_at = serializers.DateTimeField()
+
+
 class SubmissionSerializer(serializers.ModelSerializer):
     """A new bug and its reproducer (multipart). With ``resubmit_to`` set to a bug ID of yours, only
     ``files`` and ``reproducer_name`` are read: a new version of that bug's reproducer."""
@@ -112,11 +127,17 @@ class SubmissionSerializer(serializers.ModelSerializer):
                                   help_text="reproducer.yaml and the program, or one .zip/.tar.gz of the folder.")
     bug = serializers.CharField(source="reproducer.bug.bug_id", read_only=True)
     reproducer = serializers.CharField(source="reproducer.name", read_only=True)
+    bug_status = serializers.CharField(  # a string in the schema: BugSerializer's status names the enum
+        source="reproducer.bug.status", read_only=True,
+        help_text=f"The bug's status ({', '.join(BugStatus.values)}): submitted until a version is approved, "
+                  f"approved while it is verified, then the verdict (verified, flaky or unreproducible).")
+    verification = serializers.SerializerMethodField(
+        help_text="The latest verification of this version, once its campaign has finished; null before.")
 
     class Meta:
         model = ReproducerVersion
         fields = ["id", "bug", "reproducer", "content_hash", "review_state", "review_note", "reviewed_at",
-                  "created_at", "resubmit_to", "reproducer_name", "files"]
+                  "created_at", "bug_status", "verification", "resubmit_to", "reproducer_name", "files"]
         read_only_fields = ["content_hash", "review_state", "review_note", "reviewed_at", "created_at"]
 
     def get_fields(self):
@@ -129,11 +150,48 @@ class SubmissionSerializer(serializers.ModelSerializer):
             fields[name].write_only = True
         return fields
 
+    @extend_schema_field(StabilitySerializer(allow_null=True))
+    def get_verification(self, version):
+        checks = version.stability_checks.all()  # runners' StabilityCheck rows, newest first (prefetched)
+        return StabilitySerializer(checks[0]).data if checks else None
+
+    # Each check below is a field's, so that DRF reports every field's problems in one answer: the files' with
+    # the ID's, instead of the files' only once the ID is right.
+
+    def validate_files(self, uploads):
+        """``({path: text}, checked)`` of files without a problem (bugs.submissions.check_uploads)."""
+        files, checked, problems = check_uploads(uploads)
+        if problems:
+            raise ValidationError(problems)
+        return files, checked
+
+    def validate_bug_id(self, bug_id):
+        """An ID whose prefix another framework reserves is refused (bugs.models.RESERVED_ID_PREFIXES)."""
+        if problem := id_prefix_problem(bug_id, self.initial_data.get("framework")):
+            raise ValidationError(problem)
+        return bug_id
+
+    def validate_reproduction(self, reproduction):
+        if reproduction == Reproduction.CATALOG_ONLY:
+            raise ValidationError("A submission brings a reproducer: it is faithful or injected, not catalog_only.")
+        return reproduction
+
+    def validate_resubmit_to(self, bug_id):
+        """The bug to add a version to: one the caller may see and submit versions of."""
+        user = self.context["request"].user
+        bug = visible_bugs(user).filter(bug_id=bug_id).first()
+        if bug is None:
+            raise ValidationError(f"No bug {bug_id}.")
+        if not can_resubmit(user, bug):
+            raise PermissionDenied(f"{bug.bug_id} was submitted by someone else; only they or a maintainer can "
+                                   f"submit new versions of it.")
+        return bug
 
 
 class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Your submissions. Submitting stores the code for review only: nothing runs before a maintainer
-    approves that exact version. Every problem found is returned at once, under ``files``."""
+    """Your submissions, each with its review, the bug's status and the latest verification. Submitting stores
+    the code for review only: nothing runs before a maintainer approves that exact version. Every problem found
+    is returned at once, by field (the files' problems under ``files``)."""
 
     serializer_class = SubmissionSerializer
     permission_classes = [permissions.IsAuthenticated]
@@ -144,26 +202,18 @@ class SubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return self.queryset
-        return (ReproducerVersion.objects.filter(submitted_by=self.request.user)
-                .select_related("reproducer__bug").order_by("-created_at", "-id"))
+        return (visible_versions(self.request.user).filter(submitted_by=self.request.user)
+                .select_related("reproducer__bug").prefetch_related("stability_checks")
+                .defer("files", "manifest").order_by("-created_at", "-id"))
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        files, problems = read_uploads(data["files"])
-        bug = None
-        if data.get("resubmit_to"):
-            bug = visible_bugs(self.request.user).filter(bug_id=data["resubmit_to"]).first()
-            if bug is None:
-                raise ValidationError({"resubmit_to": f"No bug {data['resubmit_to']}."})
-            if not can_resubmit(self.request.user, bug):
-                raise PermissionDenied(f"{bug.bug_id} was submitted by someone else; only they or a maintainer can "
-                                       f"submit new versions of it.")
+        files, checked = data["files"]
+        bug = data.get("resubmit_to")
         bug_fields = None if bug else {name: data.get(name, Bug._meta.get_field(name).get_default())
                                        for name in SUBMITTED_BUG_FIELDS}
-        if problems:
-            raise ValidationError({"files": problems})
         try:
             serializer.instance = do_submit_reproducer(files, data["reproducer_name"], bug=bug, bug_fields=bug_fields,
-                                                       acting_user=self.request.user)
+                                                       acting_user=self.request.user, checked=checked)
         except DjangoValidationError as error:
             raise ValidationError({"files": error.messages}) from error

@@ -7,8 +7,7 @@ SUBMITTED_BUG_FIELDS = [
     "symptom", "fix", "detection_signal", "upstream_issue_url", "fix_url", "reproduction", "needs_cuda_original",
     "multi_rank",
 ]
-FILES_HELP = ("reproducer.yaml and the program (several files), or one .zip / .tar.gz of the folder. "
-              "See the protocol in docs/reproducer-protocol.md.")
+FILES_HELP = "reproducer.yaml and the program (several files), or one .zip / .tar.gz of the folder."
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -23,14 +22,24 @@ class MultipleFileField(forms.FileField):
     def clean(self, data, initial=None):
         uploads = data if isinstance(data, (list, tuple)) else [data] if data else []
         if not uploads:
-            raise forms.ValidationError("Upload the reproducer's files or one archive of them.")
+            if self.required:
+                raise forms.ValidationError("Upload the reproducer's files or one archive of them.")
+            return []
         return [super(MultipleFileField, self).clean(upload, initial) for upload in uploads]
 
 
 class ReproducerFilesForm(forms.Form):
+    required_css_class = "required"  # the page marks required fields by their label
     reproducer_name = forms.SlugField(initial="cpu", max_length=50,
                                       help_text="A short slug such as cpu or cuda: the folder's name in the catalog.")
     files = MultipleFileField(help_text=FILES_HELP)
+    kept_files = {}
+
+    def keep_files(self, files):
+        """Offer the files of a refused attempt (``{path: text}``, kept by the view) for this one: attaching files
+        becomes optional, and new ones replace them."""
+        self.kept_files = files
+        self.fields["files"].required = not files
 
 
 class BugSubmissionForm(ReproducerFilesForm, forms.ModelForm):

@@ -25,6 +25,41 @@ class Framework(models.TextChoices):
     TRANSFORMER_ENGINE = "transformer-engine", "Transformer Engine"
     TENSORFLOW = "tensorflow", "TensorFlow"
     NNSCALER = "nnscaler", "nnScaler"
+    TRANSFORMERS = "transformers", "HuggingFace Transformers"
+    OPENMMLAB = "openmmlab", "OpenMMLab"
+    LIGHTNING = "lightning", "Lightning"
+    JAX = "jax", "JAX"
+
+
+# The first words of a bug ID that name one framework's own tracker: only that framework's bugs take them, so
+# that TF- always means TensorFlow. Any other first word (SO for Stack Overflow, GH for a GitHub project, a
+# paper's or a model's name) says where a bug was found and suits every framework.
+RESERVED_ID_PREFIXES = {
+    Framework.PYTORCH: ("PT",),
+    Framework.DEEPSPEED: ("DS",),
+    Framework.MEGATRON: ("MLM", "MEGATRON"),
+    Framework.TRANSFORMER_ENGINE: ("TE",),
+    Framework.TENSORFLOW: ("TF",),
+    Framework.NNSCALER: ("NNSCALER",),
+    Framework.TRANSFORMERS: ("HF",),
+    Framework.OPENMMLAB: ("MM", "MMCV", "MMENGINE", "MMDET"),
+    Framework.LIGHTNING: ("PL", "LIGHTNING"),
+    Framework.JAX: ("JAX",),
+}
+FRAMEWORK_OF_ID_PREFIX = {prefix: framework for framework, prefixes in RESERVED_ID_PREFIXES.items()
+                          for prefix in prefixes}
+
+
+def id_prefix_problem(bug_id, framework):
+    """Why a bug of ``framework`` may not have the ID ``bug_id`` because its prefix is another framework's, or ''."""
+    prefix = str(bug_id).split("-", 1)[0]
+    owner = FRAMEWORK_OF_ID_PREFIX.get(prefix)
+    if owner is None or owner == framework or framework not in Framework.values:
+        return ""
+    own = [f"{word}-" for word in RESERVED_ID_PREFIXES[Framework(framework)]]
+    return (f"{bug_id}: the prefix {prefix}- is reserved for {owner.label} bugs. For {Framework(framework).label} "
+            f"use {', '.join(own)} (such as {own[0]}12345), or a prefix that says where the bug was reported, "
+            f"such as GH- or SO-.")
 
 
 class FaultLocation(models.TextChoices):
@@ -89,6 +124,10 @@ class Bug(models.Model):
 
     def get_absolute_url(self):
         return reverse("bugs:detail", args=[self.bug_id])
+
+    def clean(self):
+        if problem := id_prefix_problem(self.bug_id, self.framework):
+            raise ValidationError({"bug_id": problem})
 
     def delete(self, *args, **kwargs):
         raise ValidationError("Bugs are never deleted: deprecate them with a reason (bugs.actions.do_deprecate_bug).")

@@ -12,39 +12,76 @@ from .forms import BugSubmissionForm, ReproducerFilesForm, ReviewForm
 from .models import ReproducerVersion, ReviewState
 from .permissions import APPROVE_PERMISSION, can_resubmit
 from .selectors import visible_bugs
-from .submissions import SubmissionLimits, read_uploads, reproducer_problems
+from .submissions import SubmissionLimits, check_uploads, reproducer_problems
 from .views import highlighted, pygments_css
+
+KEPT_FILES = "submission_kept_files"  # the session's key for the files of a refused submission
 
 
 def _submit(request, form, bug=None):
-    """Check the form and the files together, so that every problem is reported at once."""
-    files, problems = read_uploads(request.FILES.getlist("files")) if request.FILES else ({}, [])
-    checked = None  # the files' (manifest, problems), handed to the action so that the code is parsed once
-    if files and not problems:
-        checked = reproducer_problems(files)
-        problems = checked[1]
+    """Check the form and the files together, so that every problem is reported at once. On a refusal the files,
+    when they could be read, are kept in the session: fixing a field does not mean attaching them again."""
+    uploads = request.FILES.getlist("files")
+    # checked: the files' (manifest, problems), handed to the action so that the code is parsed once
+    if uploads:
+        files, checked, problems = check_uploads(uploads)
+    else:  # the files kept from the last attempt, which were read without a problem then
+        files = form.kept_files
+        checked = reproducer_problems(files) if files else None
+        problems = checked[1] if checked else []
     if form.is_valid() and not problems:
         try:
-            return do_submit_reproducer(files, form.cleaned_data["reproducer_name"], bug=bug,
-                                        bug_fields=None if bug else form.bug_fields(), acting_user=request.user,
-                                        checked=checked)
+            version = do_submit_reproducer(files, form.cleaned_data["reproducer_name"], bug=bug,
+                                           bug_fields=None if bug else form.bug_fields(), acting_user=request.user,
+                                           checked=checked)
         except ValidationError as error:
             problems = error.messages
+        else:
+            request.session.pop(KEPT_FILES, None)
+            return version
+    _keep_files(request, form, bug, files if checked else {})
     for problem in problems:
         form.add_error(None, problem)
     return None
 
 
+def _kept_files(request, bug):
+    """The files kept from the user's last refused submission to this form (a new bug, or ``bug``'s new version)."""
+    kept = request.session.get(KEPT_FILES)
+    return kept["files"] if kept and kept["bug"] == (bug and bug.bug_id) else {}
+
+
+def _keep_files(request, form, bug, files):
+    if files:
+        request.session[KEPT_FILES] = {"bug": bug and bug.bug_id, "files": files}
+    else:
+        request.session.pop(KEPT_FILES, None)
+    form.keep_files(files)
+
+
+def _submission_page(request, form_class, bug=None):
+    """The form for a new bug, or for a new version of ``bug``. Files are kept only from one refused attempt to
+    the next: opening the page afresh forgets them."""
+    if request.method != "POST":
+        request.session.pop(KEPT_FILES, None)
+        form = form_class()
+    else:
+        form = form_class(request.POST, request.FILES)
+        form.keep_files(_kept_files(request, bug))
+        version = _submit(request, form, bug=bug)
+        if version is not None:
+            if bug:
+                messages.success(request, f"New version {version.short_hash} of {version.reproducer} waits for review.")
+            else:
+                messages.success(request, f"{version.reproducer.bug.bug_id} was submitted. A maintainer will read the "
+                                          f"code; nothing runs before they approve it.")
+            return redirect("bugs:my_submissions")
+    return render(request, "bugs/submit.html", {"form": form, "bug": bug, "limits": limits_for_humans()})
+
+
 @login_required
 def submit_bug(request):
-    form = BugSubmissionForm(request.POST or None, request.FILES or None)
-    if request.method == "POST":
-        version = _submit(request, form)
-        if version is not None:
-            messages.success(request, f"{version.reproducer.bug.bug_id} was submitted. A maintainer will read the "
-                                      f"code; nothing runs before they approve it.")
-            return redirect("bugs:my_submissions")
-    return render(request, "bugs/submit.html", {"form": form, "bug": None, "limits": limits_for_humans()})
+    return _submission_page(request, BugSubmissionForm)
 
 
 @login_required
@@ -52,13 +89,7 @@ def resubmit(request, bug_id):
     bug = get_object_or_404(visible_bugs(request.user), bug_id=bug_id)
     if not can_resubmit(request.user, bug):
         raise PermissionDenied("Only the bug's submitter or a maintainer can submit new versions of it.")
-    form = ReproducerFilesForm(request.POST or None, request.FILES or None)
-    if request.method == "POST":
-        version = _submit(request, form, bug=bug)
-        if version is not None:
-            messages.success(request, f"New version {version.short_hash} of {version.reproducer} waits for review.")
-            return redirect("bugs:my_submissions")
-    return render(request, "bugs/submit.html", {"form": form, "bug": bug, "limits": limits_for_humans()})
+    return _submission_page(request, ReproducerFilesForm, bug=bug)
 
 
 def limits_for_humans():

@@ -335,3 +335,15 @@ def reproducer_problems(files):
     problems += [f"The code never mentions {spellings[0]}: a reproducer must {what} (docs/reproducer-protocol.md)."
                  for spellings, what in PROTOCOL_TOKENS if sources and not any(s in code for s in spellings)]
     return (manifest if isinstance(manifest, dict) else {}), problems
+
+
+def check_uploads(uploads):
+    """Every problem of uploaded files at once: ``(files, checked, problems)``. ``checked`` is
+    ``reproducer_problems(files)`` (hand it to ``do_submit_reproducer`` so the code is parsed once) when the files
+    could be read, else None: a file left out for a limit would make the manifest's checks report it missing."""
+    files, problems = read_uploads(uploads)
+    checked = None
+    if files and not problems:
+        checked = reproducer_problems(files)
+        problems = checked[1]
+    return files, checked, problems

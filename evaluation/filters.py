@@ -1,6 +1,10 @@
 """The results filter. One query string narrows the results page, its plots, its downloads, the API
 (/api/results/) and ``manage.py export`` alike: they all go through ``Criteria``. The comparison
-uses its run filters (detectors, bugs, framework, fault location), not the matrix outcome."""
+uses its run filters (detectors, bugs, framework, fault location), not the matrix outcome.
+
+The matrix outcome is a verdict on a bug's buggy runs under a detector, so it selects rows of the detection
+matrix and, with them, the latency (which only detected buggy runs have). The false positives (clean runs,
+clean pipelines included) and the overhead (one clean workload) have no such outcome and are not narrowed."""
 from dataclasses import dataclass
 
 from django import forms
@@ -22,7 +26,9 @@ class ResultFilterForm(forms.Form):
     fault_location = forms.ChoiceField(required=False, choices=ANY + FaultLocation.choices,
                                        label="Where the fault lives")
     outcome = forms.ChoiceField(required=False, choices=ANY + [(o, o) for o in OUTCOMES],
-                                label="Matrix outcome", help_text="Rows of the detection matrix with this outcome")
+                                label="Matrix outcome",
+                                help_text="Rows of the detection matrix with this outcome, judged on buggy runs; "
+                                          "latency follows it, false positives and overhead do not")
 
     def __init__(self, *args, user=None, **kwargs):
         """The bugs offered are those with a reproducer that ``user`` may see (None: the public)."""
@@ -57,8 +63,19 @@ class Criteria:
     def narrows_bugs(self):
         return bool(self.bugs or self.framework or self.fault_location)
 
+    @property
+    def narrows_runs(self):
+        """Whether the filter selects runs (the outcome selects rows of the matrix, not runs)."""
+        return bool(self.detectors or self.narrows_bugs)
+
+    @property
+    def keeps_detections(self):
+        """Whether the outcome leaves any detected run: latency comes only from detected buggy runs, and those lie
+        only in matrix cells whose outcome is "detected" (``metrics.cell_outcome``)."""
+        return self.outcome in ("", Outcome.DETECTED)
+
     def __bool__(self):
-        return bool(self.detectors or self.narrows_bugs or self.outcome)
+        return bool(self.narrows_runs or self.outcome)
 
     def bug_queryset(self):
         bugs = Bug.objects.all()

@@ -46,14 +46,8 @@ class Leaderboard:
         return self.results.campaign_id
 
     def runs_summary(self):
-        """How many runs the selection holds, which seeds and which torch versions ran them."""
-        runs = self.results.runs
-        return {
-            "runs": runs.count(), "succeeded": runs.filter(status=RunStatus.SUCCEEDED).count(),
-            "seeds": sorted(set(runs.values_list("seed", flat=True).distinct())),
-            "torch": sorted(set(runs.exclude(environment=None).values_list("environment__torch", flat=True)
-                                .distinct()) - {""}),
-        }
+        """How many runs the selection holds, which seeds and which environments ran them."""
+        return self.results.runs_summary()
 
 
 def selection_query(query):

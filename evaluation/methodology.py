@@ -3,15 +3,12 @@ page and docs/methodology.md (``manage.py methodology``) are both rendered from 
 ``detectors()``, whose text is the docstrings and constants that define each thing (evaluation.metrics, the
 detector registry, ...), so that neither can drift from the code. Text that no code holds (what each bug
 status means, the strategies, the oracle) is written here, once."""
-import html
 import inspect
-import re
 from dataclasses import dataclass
-
-from django.utils.safestring import mark_safe
 
 from bugs.models import Bug, BugStatus, Reproducer, Strategy
 from core.enums import Variant
+from core.markdown import markdown_html
 from runners import fitting
 from runners.detectors import all_plugins
 from runners.models import StabilityCheck
@@ -125,30 +122,6 @@ def markdown_document():
     return "\n".join(parts)
 
 
-INLINE = re.compile(r"\*\*(?P<strong>.+?)\*\*|`(?P<code>[^`]+)`|(?<![\w*])\*(?P<em>[^\s*][^*]*?)\*(?![\w*])")
-
-
-def inline_html(text):
-    """Escaped text with the Markdown of these docstrings (**strong**, *emphasis*, `code`) as HTML."""
-    out, position = [], 0
-    for match in INLINE.finditer(text):
-        out.append(html.escape(text[position:match.start()]))
-        tag = match.lastgroup
-        out.append(f"<{tag}>{html.escape(match.group(tag))}</{tag}>")
-        position = match.end()
-    out.append(html.escape(text[position:]))
-    return mark_safe("".join(out))
-
-
 def to_html(block):
-    """One block of ``sections()`` as HTML: a list when its lines start with "* ", else a paragraph."""
-    lines = block.strip().splitlines()
-    if not lines[0].startswith("* "):
-        return mark_safe(f"<p>{inline_html(' '.join(line.strip() for line in lines))}</p>")
-    items = []
-    for line in lines:
-        if line.startswith("* "):
-            items.append(line[2:].strip())
-        else:
-            items[-1] += " " + line.strip()
-    return mark_safe("<ul>" + "".join(f"<li>{inline_html(item)}</li>" for item in items) + "</ul>")
+    """One block of ``sections()`` (a paragraph, or a list whose items start with "* ") as HTML."""
+    return markdown_html(block, compact=True)

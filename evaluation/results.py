@@ -10,7 +10,7 @@ from django.core.cache import cache
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
 from bugs.selectors import visible_bugs
-from runners.models import Run
+from runners.models import Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
 
 from .filters import ResultFilterForm
@@ -20,6 +20,7 @@ from .tables import (
     DETECTION_COLUMNS,
     FALSE_POSITIVE_COLUMNS,
     LATENCY_COLUMNS,
+    RUN_LATENCY_COLUMNS,
     detection_table,
     false_positive_table,
     judged_runs,
@@ -67,6 +68,16 @@ def results_viewer(user):
     return user if sees_unreviewed(user) else None
 
 
+def latest_evaluation(viewer):
+    """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None."""
+    return evaluations_for(viewer).first()
+
+
+def evaluations_for(viewer):
+    """The stored evaluations whose campaign ``viewer`` may see, newest first, with their campaign."""
+    return Evaluation.objects.filter(campaign__in=visible_campaigns(viewer)).select_related("campaign")
+
+
 def without_nan(frame):
     """The frame with None for missing values (pandas' NaN would print as "nan")."""
     return frame.astype(object).where(frame.notna(), None)
@@ -74,13 +85,15 @@ def without_nan(frame):
 
 class Results:
     """``?evaluation=ID`` selects an evaluation's stored tables, ``?campaign=ID`` the live tables of a
-    campaign's runs; with neither, the latest evaluation, or every run if there is none. An ID that names
-    no evaluation or campaign (or is not a number) raises NotFound. The filter fields
-    (``evaluation.filters``) narrow them.
+    campaign's runs; with neither, the latest evaluation, or every run if there is none. With
+    both, the campaign is shown and the evaluation ignored (``ignored_evaluation``). An ID that names no
+    evaluation or campaign (or is not a number) raises NotFound. The filter fields (``evaluation.filters``)
+    narrow them.
 
     A stored table is used as stored when the filter keeps whole rows of it (detectors, matrix outcome);
     once the filter narrows the bugs, the false-positive and latency tables are recomputed from the
-    evaluation's runs, since their rows pool many bugs.
+    evaluation's runs, since their rows pool many bugs. A matrix outcome other than "detected" leaves no
+    latency (``Criteria.keeps_detections``).
     """
 
     def __init__(self, query, user=None):
@@ -89,16 +102,16 @@ class Results:
         self.form = ResultFilterForm(query, user=self.viewer)
         self.criteria = self.form.criteria()
         self.evaluation = None
-        self._campaign_completed_at = None
-        campaigns = visible_campaigns(self.viewer)
+        self.ignored_evaluation = None
+        self.campaign = None
         if campaign_id is not None:
-            completed = list(campaigns.filter(pk=campaign_id).values_list("completed_at", flat=True))
-            if not completed:
+            self.campaign = visible_campaigns(self.viewer).filter(pk=campaign_id).first()
+            if self.campaign is None:
                 raise NotFound(f"No campaign #{campaign_id}.")
-            self._campaign_completed_at = completed[0]
+            self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
-            evaluations = Evaluation.objects.filter(campaign__in=campaigns).select_related("campaign")
+            evaluations = evaluations_for(self.viewer)
             self.evaluation = (evaluations.filter(pk=evaluation_id) if evaluation_id is not None
                                else evaluations).first()
             if evaluation_id is not None and self.evaluation is None:
@@ -132,6 +145,8 @@ class Results:
             frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
         else:
             frame = compute(judged=self.judged)
+        if name == "latency" and not self.criteria.keeps_detections:
+            frame = frame.iloc[:0]
         return without_nan(self.criteria.rows(self._visible_rows(frame), outcome=name == "detection"))
 
     def _visible_rows(self, frame):
@@ -147,7 +162,21 @@ class Results:
 
     def run_latencies(self):
         """Per detected buggy run (of the selected runs): the latency plot's points."""
+        if not self.criteria.keeps_detections:
+            return pd.DataFrame.from_records([], columns=RUN_LATENCY_COLUMNS)
         return self._cached("latencies", lambda: without_nan(run_latencies(self.judged)))
+
+    def runs_summary(self):
+        """What the selected runs are: how many (and how many succeeded), their seeds and environments."""
+        runs = self.runs
+        environments = (runs.exclude(environment=None).order_by().values_list("environment__torch", "environment__host")
+                        .distinct())
+        return {
+            "runs": runs.count(), "succeeded": runs.filter(status=RunStatus.SUCCEEDED).count(),
+            "seeds": sorted(set(runs.order_by().values_list("seed", flat=True).distinct())),
+            "torch": sorted({torch for torch, _ in environments} - {""}),
+            "hosts": sorted({host for _, host in environments} - {""}),
+        }
 
     @cached_property
     def _cache_key(self):
@@ -156,7 +185,7 @@ class Results:
         the filter; judging a campaign of 25,000 runs takes seconds, a cached table milliseconds."""
         if self.campaign_id is None or not self.form.is_valid():
             return None
-        completed = self._campaign_completed_at  # read with the campaign, in __init__
+        completed = self.campaign.completed_at  # read with the campaign, in __init__
         if completed is None:
             return None
         filters = repr(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))

@@ -11,6 +11,7 @@ from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_run
 from .models import Alarm, Campaign, CampaignState, Detector, Run, RunFailureKind, Variant, status_counts
 from .permissions import CanTriggerCampaigns
 from .plans import MAX_SEED, MAX_SEEDS, MAX_STEPS, CampaignPlan
+from .registry import detector_listing, with_plugin_facts
 from .selectors import visible_alarms, visible_campaigns, visible_runs
 
 
@@ -20,10 +21,37 @@ class DetectorSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "version", "config", "config_hash", "description"]
 
 
+class DetectorListingSerializer(DetectorSerializer):
+    id = serializers.IntegerField(read_only=True, allow_null=True,
+                                  help_text="null for a registered detector that no run has recorded yet.")
+    needs_fit = serializers.BooleanField(read_only=True, allow_null=True,
+                                         help_text="It learns from clean reference pipelines before its runs; null "
+                                                   "when this plugin is no longer registered.")
+    current = serializers.BooleanField(read_only=True, help_text="The plugin's current version with its default "
+                                                                 "config: what a campaign naming it runs.")
+
+    class Meta(DetectorSerializer.Meta):
+        fields = [*DetectorSerializer.Meta.fields, "needs_fit", "current"]
+
+
 class DetectorViewSet(viewsets.ReadOnlyModelViewSet):
-    serializer_class = DetectorSerializer
+    """Every registered detector at its current version and default config (``current``), and every version and
+    config that runs recorded. Filter with ?name= and ?version=. Reading writes nothing: a detector no run has used
+    yet is listed with ``id`` null, and gets its row when a campaign first names it."""
+
+    serializer_class = DetectorListingSerializer
     queryset = Detector.objects.order_by("name", "version", "id")
     filterset_fields = ["name", "version"]
+
+    def list(self, request, *args, **kwargs):
+        asked = {name: request.query_params[name] for name in self.filterset_fields if name in request.query_params}
+        listing = [detector for detector in detector_listing(self.filter_queryset(self.get_queryset()))
+                   if detector.pk or all(getattr(detector, name) == value for name, value in asked.items())]
+        page = self.paginate_queryset(listing)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def get_object(self):
+        return with_plugin_facts([super().get_object()])[0]
 
 
 class AlarmSerializer(serializers.ModelSerializer):

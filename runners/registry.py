@@ -25,3 +25,33 @@ def detector_record(name, overrides=None):
 def sync_detectors():
     """Make sure every registered plugin has a row with its default config."""
     return {name: detector_record(name) for name in all_plugins()}
+
+
+def _default_record_key(plugin):
+    return plugin.name, plugin.version, config_hash(plugin.config())
+
+
+def with_plugin_facts(detectors):
+    """The Detectors, each given ``needs_fit`` (None when its plugin is no longer registered) and ``current``:
+    whether it is its plugin's current version with the default config, what a campaign naming it runs."""
+    plugins = all_plugins()
+    current = {_default_record_key(plugin) for plugin in plugins.values()}
+    for detector in detectors:
+        plugin = plugins.get(detector.name)
+        detector.needs_fit = plugin.needs_fit if plugin else None
+        detector.current = (detector.name, detector.version, detector.config_hash) in current
+    return detectors
+
+
+def detector_listing(records):
+    """``records`` (Detector rows) and, for each registered plugin whose current version and default config no
+    row holds yet, an unsaved Detector (``pk`` None): every detector a campaign can name, without writing a row."""
+    listing = list(records)
+    recorded = {(detector.name, detector.version, detector.config_hash) for detector in listing}
+    for plugin in all_plugins().values():
+        if _default_record_key(plugin) not in recorded:
+            config = plugin.config()
+            listing.append(Detector(name=plugin.name, version=plugin.version, config=config,
+                                    config_hash=config_hash(config), description=plugin.description))
+    return with_plugin_facts(sorted(listing, key=lambda detector: (detector.name, detector.version,
+                                                                   detector.pk is None, detector.pk or 0)))

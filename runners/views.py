@@ -24,6 +24,7 @@ from .models import (
     FINISHED_STATUSES,
     Campaign,
     CampaignState,
+    Environment,
     Run,
     RunFailureKind,
     RunStatus,
@@ -95,7 +96,14 @@ def campaign_detail(request, pk):
     campaign = get_object_or_404(visible_campaigns(request.user).select_related("created_by", "cancelled_by"), pk=pk)
     context = campaign_context(request, campaign)
     context["retry_form"] = RetryForm(present=context["failure_kinds"])
+    environments = list(Environment.objects.filter(pk__in=campaign.runs.values("environment"))
+                        .order_by("host", "torch")[:ENVIRONMENTS_SHOWN + 1])
+    context.update(environments=environments[:ENVIRONMENTS_SHOWN],
+                   more_environments=len(environments) > ENVIRONMENTS_SHOWN)
     return render(request, "runners/campaign_detail.html", context)
+
+
+ENVIRONMENTS_SHOWN = 5  # named on a campaign's page; more are counted as "and more"
 
 
 def campaign_live(request, pk):

@@ -1,9 +1,14 @@
-"""What other apps' pages show of the evaluation: the catalog's leaderboard box (the catalog app, bugs, must not
-import evaluation: the apps depend one way), and the methodology's Markdown blocks as HTML."""
+"""What other apps' pages show of the evaluation: the catalog's leaderboard box and "caught by" column, a bug's
+detections, a run's verdict and the verdict columns of run tables (the catalog and execution apps, bugs and
+runners, must not import evaluation: the apps depend one way), and the methodology's Markdown blocks as HTML."""
 from django import template
 
-from ..leaderboard import build_leaderboard
-from ..methodology import inline_html, to_html
+from core.markdown import markdown_inline_html
+
+from ..leaderboard import BASELINE, build_leaderboard
+from ..methodology import to_html
+from ..results import latest_evaluation, results_viewer
+from ..verdicts import bug_detections, caught_by_in, headline_of, table_verdicts
 
 register = template.Library()
 
@@ -16,4 +21,43 @@ def leaderboard_box(context, top=3):
 
 
 register.filter("as_html", to_html)
-register.filter("as_inline_html", inline_html)
+register.filter("as_inline_html", markdown_inline_html)
+
+
+@register.simple_tag
+def run_verdict(run, counterpart=None):
+    """The one line that leads a run's page (``evaluation.verdicts.run_headline``)."""
+    return headline_of(run, counterpart)
+
+
+@register.simple_tag
+def attach_run_verdicts(runs):
+    """Set on each run of one page of runs, with one grouped query: ``alarm_count``, ``verdict`` (a ``RunVerdict``,
+    None unless the run succeeded), ``detected_at`` (the first qualifying alarm's step, or None) and ``baseline``
+    (no detector ran). ``runs`` must be the very list or page the table then iterates."""
+    verdicts = table_verdicts(runs)
+    for run in runs:
+        run.alarm_count, run.verdict = verdicts[run.pk]
+        detected = run.verdict is not None and run.verdict.detected
+        run.detected_at = (run.trigger_step or 0) + run.verdict.latency_steps if detected else None
+        run.baseline = run.detector.name == BASELINE
+    return ""
+
+
+@register.simple_tag(takes_context=True)
+def detections_of(context, bug):
+    """How each detector fares on ``bug`` (``evaluation.verdicts.BugDetections``), as the reader may see it."""
+    return bug_detections(bug, context["request"].user)
+
+
+@register.simple_tag(takes_context=True)
+def attach_caught_by(context, bugs):
+    """Set ``caught_by`` (detectors that detect the bug beyond its fixed twin) on one page of the catalog, from the
+    latest stored evaluation the reader may see, which it returns (None: no evaluation, nothing set). Only a
+    stored one, as for the leaderboard box: judging every run on each view of the catalog would not scale."""
+    evaluation = latest_evaluation(results_viewer(context["request"].user))
+    if evaluation is not None:
+        caught = caught_by_in(evaluation, [bug.bug_id for bug in bugs])
+        for bug in bugs:
+            bug.caught_by = caught[bug.bug_id]
+    return evaluation

@@ -6,6 +6,7 @@ from django.core.paginator import Paginator
 from django.db.models import Max, OuterRef, Subquery
 
 from bugs.models import Reproducer
+from bugs.selectors import visible_reproducers
 
 from ..charts import stability_chart
 from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, runs_for_listing
@@ -20,11 +21,8 @@ def execution_of(context, cards, bug=None):
     """One page of the runs of the cards' reproducers (newest first), and the stability history of ``bug``.
     Sets each card's ``stability`` to its reproducer's last check. Four queries, whatever the history."""
     ids = [card["reproducer"].pk for card in cards]
-    last_check = (StabilityCheck.objects.filter(reproducer_version__reproducer=OuterRef("pk"))
-                  .order_by("-checked_at", "-id").values("pk")[:1])
-    checks = {check.reproducer_version.reproducer_id: check for check in StabilityCheck.objects.filter(
-        pk__in=Reproducer.objects.filter(pk__in=ids).values(last=Subquery(last_check)))
-        .select_related("environment", "reproducer_version").defer(*VERSION_CONTENT)}
+    checks = {check.reproducer_version.reproducer_id: check
+              for check in last_checks(Reproducer.objects.filter(pk__in=ids))}
     for card in cards:
         card["stability"] = checks.get(card["reproducer"].pk)
     runs = visible_runs(context["request"].user, Run.objects.filter(reproducer_version__reproducer__in=ids))
@@ -36,6 +34,27 @@ def execution_of(context, cards, bug=None):
                                 .select_related("environment", "reproducer_version__reproducer")
                                 .defer(*VERSION_CONTENT))
     return {"runs": page.object_list, "page_obj": page, "stability_chart": chart}
+
+
+def last_checks(reproducers):
+    """The last stability check of each of ``reproducers`` that has one, with its environment and version."""
+    last_check = (StabilityCheck.objects.filter(reproducer_version__reproducer=OuterRef("pk"))
+                  .order_by("-checked_at", "-id").values("pk")[:1])
+    return (StabilityCheck.objects.filter(pk__in=reproducers.values(last=Subquery(last_check)))
+            .select_related("environment", "reproducer_version__reproducer").defer(*VERSION_CONTENT))
+
+
+@register.simple_tag(takes_context=True)
+def attach_stability(context, bugs):
+    """Set ``stability`` on one page of the catalog's bugs: the last stability check of each of their reproducers
+    that the reader may see, by reproducer name. One query, whatever the history."""
+    by_bug = {bug.pk: [] for bug in bugs}
+    reproducers = visible_reproducers(context["request"].user).filter(bug__in=list(by_bug))
+    for check in sorted(last_checks(reproducers), key=lambda check: check.reproducer_version.reproducer.name):
+        by_bug[check.reproducer_version.reproducer.bug_id].append(check)
+    for bug in bugs:
+        bug.stability = by_bug[bug.pk]
+    return ""
 
 
 @register.simple_tag

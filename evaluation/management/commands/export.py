@@ -2,11 +2,12 @@ from django import forms
 from django.core.management.base import BaseCommand, CommandError
 from django.http import QueryDict
 
-from bugs.exports import catalog_filter, catalog_table
+from bugs.exports import catalog_export_table, catalog_filter
 from bugs.filters import BugFilter
-from core.exports import EXPORT_FORMATS, export_text
+from core.exports import EXPORT_FORMATS, EmptyTable
+from evaluation.exports import EXPORT_TABLES, InvalidFilter, results_export
 from evaluation.filters import ResultFilterForm
-from evaluation.results import TABLES, NotFound, Results
+from evaluation.results import NotFound
 
 
 def filter_fields():
@@ -20,12 +21,14 @@ def filter_fields():
 
 class Command(BaseCommand):
     help = ("Print a table exactly as the web download gives it for the same query: the results tables "
-            "(/results/TABLE.FORMAT, filtered like the results page) or the catalog (/catalog.FORMAT, filtered "
-            "like the catalog page). Options are the query string's fields, e.g. --detector nan_inf --detector "
-            "traincheck --framework pytorch; a multiple-choice option may also take comma-separated values.")
+            "(/results/TABLE.FORMAT, filtered like the results page: the long-form tables, the bug x detector "
+            "matrix and the leaderboard, which takes only --evaluation or --campaign) or the catalog "
+            "(/catalog.FORMAT, filtered like the catalog page). Options are the query string's fields, e.g. "
+            "--detector nan_inf --detector traincheck --framework pytorch; a multiple-choice option may also take "
+            "comma-separated values. A table without rows is an error in LaTeX.")
 
     def add_arguments(self, parser):
-        parser.add_argument("table", choices=["catalog", *TABLES])
+        parser.add_argument("table", choices=["catalog", *EXPORT_TABLES])
         parser.add_argument("--format", choices=list(EXPORT_FORMATS), default="csv")
         parser.add_argument("--evaluation", type=int, help="stored tables of this evaluation (default: the latest)")
         parser.add_argument("--campaign", type=int, help="live tables over the runs of this campaign")
@@ -51,13 +54,15 @@ class Command(BaseCommand):
             bugs = catalog_filter(query)
             if not bugs.is_valid():
                 raise CommandError(f"Invalid filter: {bugs.errors.as_text()}")
-            frame = catalog_table(bugs.qs)
+            export = catalog_export_table(bugs.qs)
         else:
             try:
-                results = Results(query)
+                export = results_export(table, query)
             except NotFound as error:
                 raise CommandError(str(error)) from error
-            if results.errors:
-                raise CommandError(f"Invalid filter: {results.errors.as_text()}")
-            frame = results.table(table)
-        self.stdout.write(export_text(table, frame, fmt), ending="")
+            except InvalidFilter as error:
+                raise CommandError(f"Invalid filter: {error}") from error
+        try:
+            self.stdout.write(export.text(fmt), ending="")
+        except EmptyTable as error:
+            raise CommandError(str(error)) from error

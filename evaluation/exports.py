@@ -1,0 +1,165 @@
+"""The results as downloads and ``manage.py export``: the tables of ``evaluation.results`` in long form, the bug x
+detector matrix as the results page shows it (``tables.matrix``, ``tables.cell_text``) and the leaderboard
+(``leaderboard.build_leaderboard``). Each carries its LaTeX layout and a caption that says what it shows and which
+runs are behind it: the evaluation or campaign, the seeds and the environment."""
+import pandas as pd
+
+from core.exports import Table
+
+from .leaderboard import SELECTION, build_leaderboard
+from .results import TABLES, Results
+from .tables import cell_text, matrix
+
+PAPER_TABLES = ("matrix", "leaderboard")
+EXPORT_TABLES = (*TABLES, *PAPER_TABLES)
+
+
+class InvalidFilter(ValueError):
+    """The query's filter does not validate, or filters a table that takes none."""
+
+
+# What each table shows (the start of its caption) and its LaTeX headers: column -> header (the Wilson interval's
+# columns keep their names: LaTeX prints them as one cell, WILSON).
+ABOUT = {
+    "detection": "Detection per bug, reproducer and detector: buggy runs, those detected (an alarm at or after the "
+                 "trigger step) and their rate, detections whose alarm rule did not also fire on the fixed variant of "
+                 "the same seed (beyond fixed), buggy runs with a false alarm before the trigger, fixed runs and those "
+                 "with an alarm, the median latency from the trigger to the first alarm, and the matrix outcome.",
+    "false-positives": "False positives per detector on clean runs (fixed variants of the bugs and held-out clean "
+                       "pipelines): runs with an alarm, their rate with its Wilson 95% interval, alarms per 1,000 "
+                       "clean steps, and the per-check rate of detectors that report their rules (rules failed on "
+                       "clean runs / rules deployed).",
+    "latency": "Detection latency per detector over its detected buggy runs: steps and seconds from the trigger step "
+               "to the first alarm, median and maximum.",
+    "overhead": "Overhead per detector on one clean workload: median ratios of instrumented to plain over interleaved "
+                "pairs, per training step and end to end (the offline check included), the median step times, the "
+                "offline check and the fit.",
+    "matrix": "Detection per bug and detector: buggy runs detected / buggy runs. FA: a false alarm on this bug (before "
+              "the trigger step, or on its fixed variant). (=fixed): every qualifying alarm rule also fired on the "
+              "fixed variant of the same seed, so the detection does not tell the bug from its fix. --: not run.",
+    "leaderboard": "Detectors ranked by the bugs they caught beyond the fixed twin (an alarm at or after the trigger "
+                   "step whose rule did not also fire on the fixed variant of the same seed), of the bugs they ran "
+                   "on; then the bugs caught at all, the false-positive rate per clean run with its Wilson 95% "
+                   "interval, the per-check rate (rules failed on clean runs / rules deployed), the median latency "
+                   "in steps and the median step-time ratio to plain.",
+}
+HEADERS = {
+    "detection": {
+        "bug": "bug", "reproducer": "reproducer", "detector": "detector", "buggy_runs": "buggy runs",
+        "detected_runs": "detected runs", "detection_rate": "rate", "detected_beyond_fixed_runs": "beyond fixed",
+        "pre_trigger_false_alarm_runs": "FA before trigger", "fixed_runs": "fixed runs",
+        "fixed_runs_with_alarm": "fixed with alarm", "median_latency_steps": "latency (steps)",
+        "median_latency_seconds": "latency (s)", "outcome": "outcome",
+    },
+    "false-positives": {
+        "detector": "detector", "clean_runs": "clean runs", "clean_runs_with_alarm": "with alarm", "fp_rate": "FP rate",
+        "alarms_per_1000_clean_steps": "alarms / 1,000 steps", "per_check_fp_rate": "per-check FP rate",
+    },
+    "latency": {
+        "detector": "detector", "bugs_detected": "bugs detected", "detected_runs": "detected runs",
+        "median_latency_steps": "median steps", "max_latency_steps": "max steps",
+        "median_latency_seconds": "median (s)", "max_latency_seconds": "max (s)",
+    },
+    "overhead": {
+        "detector": "detector", "pairs": "pairs", "pairs_planned": "planned", "median_step_time_ratio": "step ratio",
+        "median_end_to_end_ratio": "end-to-end ratio", "median_plain_step_ms": "plain step (ms)",
+        "median_step_ms": "step (ms)", "median_check_seconds": "check (s)", "fit_seconds": "fit (s)",
+    },
+}
+WILSON = {"Wilson 95% CI": ("fp_ci_low", "fp_ci_high")}
+# LaTeX layouts other than the default (core.exports.Table): a long bug ID breaks at its hyphens
+LAYOUTS = {
+    "detection": {"align": {"bug": "p{2.4cm}"}, "turned": ("reproducer",)},
+    "false-positives": {"intervals": WILSON},
+}
+
+
+def results_export(name, query, user=None):
+    """The export ``name`` (one of EXPORT_TABLES) of the runs ``query`` selects, as ``user`` may see them: NotFound
+    (evaluation.results) for an evaluation or campaign that does not exist, InvalidFilter for a bad filter."""
+    if name == "leaderboard":
+        filters = sorted(key for key, value in query.items() if value and key not in SELECTION)
+        if filters:
+            raise InvalidFilter(f"the leaderboard takes only {' or '.join(SELECTION)}, not {', '.join(filters)}.")
+        return leaderboard_export(build_leaderboard(query, user))
+    results = Results(query, user)
+    if results.errors:
+        raise InvalidFilter(results.errors.as_text())
+    runs = runs_described(results)
+    if name == "matrix":
+        return matrix_export(results.table("detection"), runs)
+    frame = results.table(name)
+    return Table(name, frame, caption=f"{ABOUT[name]} {runs}", paper=frame.rename(columns=HEADERS[name]),
+                 **LAYOUTS.get(name, {}))
+
+
+def matrix_export(detection, runs):
+    """The results page's matrix: a row per bug and reproducer, a column per detector, ``cell_text`` in each cell."""
+    detectors, rows = matrix(detection)
+    frame = pd.DataFrame([[row["bug"], row["reproducer"], *(cell and cell_text(cell) for cell in row["cells"])]
+                          for row in rows], columns=["bug", "reproducer", *detectors], dtype=object)
+    return Table("matrix", frame, caption=f"{ABOUT['matrix']} {runs}", paper=frame,
+                 align=dict.fromkeys(detectors, "c"), turned=("reproducer", *detectors))
+
+
+LEADERBOARD_COLUMNS = [
+    "rank", "detector", "bugs", "beyond_fixed", "caught", "fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate",
+    "median_latency_steps", "median_latency_seconds", "median_step_time_ratio", "median_end_to_end_ratio",
+]
+
+
+def leaderboard_export(board):
+    """The leaderboard page's table: the ranked detectors, then the baseline (rank "baseline"), in the page's order."""
+    baseline = board.baseline
+    # the baseline's row when the selection ran it on bugs or clean programs (an evaluation runs plain only for the
+    # overhead pairs, which make no row of their own)
+    shown = [("baseline", baseline)] if baseline and (baseline.bugs or baseline.false_positives) else []
+    standings = [*((standing.rank, standing) for standing in board.ranked), *shown]
+    frame = pd.DataFrame([[
+        rank, standing.detector, standing.bugs, standing.beyond_fixed, standing.caught,
+        *(standing.false_positives.get(key) for key in ("fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate")),
+        *(standing.latency.get(key) for key in ("median_latency_steps", "median_latency_seconds")),
+        *(standing.overhead.get(key) for key in ("median_step_time_ratio", "median_end_to_end_ratio")),
+    ] for rank, standing in standings], columns=LEADERBOARD_COLUMNS, dtype=object)
+
+    def of_bugs(column):
+        return [f"{count}/{bugs}" if bugs else None for count, bugs in zip(frame[column], frame["bugs"])]
+
+    paper = pd.DataFrame({
+        "rank": frame["rank"], "detector": frame["detector"], "beyond fixed": of_bugs("beyond_fixed"),
+        "caught": of_bugs("caught"), "FP rate": frame["fp_rate"], "fp_ci_low": frame["fp_ci_low"],
+        "fp_ci_high": frame["fp_ci_high"], "per-check FP": frame["per_check_fp_rate"],
+        "latency (steps)": frame["median_latency_steps"], "step-time ratio": frame["median_step_time_ratio"],
+    })
+    return Table("leaderboard", frame, paper=paper, intervals=WILSON,
+                 align={"rank": "r", "beyond fixed": "r", "caught": "r"},
+                 caption=" ".join([ABOUT["leaderboard"], *(["plain runs without a detector: the baseline, not ranked."]
+                                                           if shown else []), runs_described(board.results)]))
+
+
+def runs_described(results):
+    """Which runs a table covers, for its caption: the evaluation or campaign, the filter, seeds and environment."""
+    summary = results.runs_summary()
+    if results.evaluation is not None:
+        evaluation = results.evaluation
+        selection = (f"SilentBench evaluation #{evaluation.pk} of {evaluation.created_at:%Y-%m-%d} "
+                     f"(campaign #{evaluation.campaign_id})")
+    elif results.campaign_id is not None:
+        selection = f"the runs of SilentBench campaign #{results.campaign_id} (live tables, not a stored evaluation)"
+    else:
+        selection = "every SilentBench run (no evaluation is stored: live numbers, not a result to cite)"
+    criteria = results.criteria
+    narrowed = [
+        *([f"detectors {', '.join(criteria.detectors)}"] if criteria.detectors else []),
+        *([f"bugs {', '.join(criteria.bugs)}"] if criteria.bugs else []),
+        *([f"framework {criteria.framework}"] if criteria.framework else []),
+        *([f"fault in {criteria.fault_location}"] if criteria.fault_location else []),
+        *([f"matrix outcome {criteria.outcome}"] if criteria.outcome else []),
+    ]
+    seeds = ", ".join(map(str, summary["seeds"])) or "none"
+    environment = [f"torch {', '.join(summary['torch']) or 'not recorded'}"]
+    if results.evaluation is not None and results.evaluation.parameters.get("traincheck"):
+        environment.append(f"traincheck {results.evaluation.parameters['traincheck']}")
+    return (f"Runs: {selection}{'; only ' + '; '.join(narrowed) if narrowed else ''}; "
+            f"seed{'s' if len(summary['seeds']) != 1 else ''} {seeds}; "
+            f"{', '.join(environment)}.")

@@ -1,0 +1,115 @@
+"""The pages at a phone's width and at a desktop's, and a newcomer's way in, in a real browser.
+
+At 390 px nothing makes a page scroll sideways (a table shows each row as "heading: value" lines); at 1400 px no
+box of a page scrolls by itself to hide part of its content (code, the builder's bug list, the tables)."""
+import re
+
+import pytest
+import yaml
+from django.core.management import call_command
+from playwright.sync_api import expect
+
+from bugs.models import ReproducerVersion
+from runners.models import Campaign
+
+from ..factories import GOOD_REPRODUCER, CampaignFactory, MaintainerFactory
+from ..helpers import BUG_FORM, SUBMISSION_MANIFEST, make_runs
+from .helpers import login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1400, "height": 900}
+
+# Elements that scroll by themselves and are taller or wider than they show; a list box of a multiple choice
+# (<select multiple>) is one by nature, and what is moved off the screen on purpose is not content.
+HIDING_BOXES = """() => [...document.querySelectorAll("body *")].filter(element => {
+    const style = getComputedStyle(element), box = element.getBoundingClientRect();
+    return element.tagName !== "SELECT" && box.right > 0 && box.width > 1
+        && /auto|scroll|hidden/.test(style.overflowX + style.overflowY)
+        && (element.scrollWidth > element.clientWidth + 1 || element.scrollHeight > element.clientHeight + 1);
+}).map(element => `${element.tagName}.${element.className}: ${element.scrollWidth}x${element.scrollHeight} shown in `
+                   + `${element.clientWidth}x${element.clientHeight}`)"""
+PAGE_WIDTH = "() => [document.documentElement.scrollWidth, document.body.scrollWidth]"
+
+
+def pages():
+    call_command("load_catalog")
+    campaign, other = CampaignFactory(name="first"), CampaignFactory(name="second")
+    make_runs(campaign=campaign)
+    return {
+        "catalog": "/", "bug": "/bugs/DS-1801/", "results": f"/results/?campaign={campaign.pk}",
+        "leaderboard": "/leaderboard/", "submit": "/submit/",
+        "compare": f"/results/compare/?a=campaign:{campaign.pk}&b=campaign:{other.pk}",
+        "builder": "/campaigns/new/", "docs": "/docs/detectors/",
+    }
+
+
+def test_pages_fit_a_phone_and_hide_nothing_on_a_desktop(page, live_site):
+    urls = pages()
+    maintainer = MaintainerFactory()
+    login(page, live_site, maintainer.username, "a-long-test-password")
+    for width, viewport in (("390 px", PHONE), ("1400 px", DESKTOP)):
+        page.set_viewport_size(viewport)
+        for name, url in urls.items():
+            page.goto(url)
+            page.wait_for_load_state("load")
+            if name == "results":
+                page.wait_for_selector("figure.chart .main-svg", state="attached")  # the plots take their width
+            if viewport is PHONE:
+                assert page.evaluate(PAGE_WIDTH) == [390, 390], f"{name} scrolls sideways at {width}"
+            else:
+                assert page.evaluate(HIDING_BOXES) == [], f"{name} hides content in a scroll box at {width}"
+    # At the phone's width a table's cells carry their column's heading.
+    page.set_viewport_size(PHONE)
+    page.goto(urls["catalog"])
+    cell = page.locator("table tbody tr", has_text="DS-1801").locator("td").nth(2)
+    expect(cell).to_have_attribute("data-label", "Framework")
+    assert "Framework" in cell.evaluate("td => getComputedStyle(td, '::before').content")
+    expect(cell).to_have_text("DeepSpeed")  # the heading is the style sheet's, not the cell's text
+
+
+def fill(page, fields):
+    """Type or choose each form field's value."""
+    for name, value in fields.items():
+        field = page.locator(f"[name={name}]")
+        if field.evaluate("field => field.tagName") == "SELECT":
+            field.select_option(value)
+        else:
+            field.fill(value)
+
+
+def test_a_newcomer_goes_from_submit_a_bug_to_a_submission(page, live_site, tmp_path):
+    (tmp_path / "repro.py").write_text(GOOD_REPRODUCER)
+    (tmp_path / "reproducer.yaml").write_text(yaml.safe_dump(SUBMISSION_MANIFEST))
+    page.set_viewport_size(PHONE)
+    page.goto("/")
+    page.get_by_role("navigation").get_by_role("link", name="Submit a bug").click()
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/submit/$"))
+    page.get_by_role("link", name="create an account").click()
+    page.fill("input[name=username]", "newcomer")
+    page.fill("input[name=password1]", "a-long-newcomer-password")
+    page.fill("input[name=password2]", "a-long-newcomer-password")
+    page.click("main form button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/submit/$"))
+    expect(page.locator("label.required[for=id_title]")).to_have_count(1)
+
+    # A field left out: the page says so and keeps the files, so that they need not be attached again.
+    fill(page, {name: value for name, value in BUG_FORM.items() if name != "title"})
+    page.set_input_files("input[name=files]", [tmp_path / "repro.py", tmp_path / "reproducer.yaml"])
+    page.get_by_role("button", name="Submit for review").click()
+    expect(page.locator(".field.invalid")).to_contain_text("Title")
+    expect(page.locator(".kept-files")).to_contain_text("repro.py, reproducer.yaml")
+    assert page.evaluate(PAGE_WIDTH) == [390, 390]
+    fill(page, {"title": BUG_FORM["title"]})
+    page.get_by_role("button", name="Submit for review").click()
+    expect(page).to_have_url(re.compile(r"/submissions/mine/$"))
+    version = ReproducerVersion.objects.get(reproducer__bug__bug_id=BUG_FORM["bug_id"])
+    assert set(version.files) == {"repro.py", "reproducer.yaml"} and not Campaign.objects.exists()
+
+    # The documentation the form names is a page of the site.
+    page.goto("/submit/")
+    page.get_by_role("link", name="the reproducer protocol").first.click()
+    expect(page).to_have_url(re.compile(r"/docs/reproducer-protocol/$"))
+    expect(page.locator("article h1")).to_contain_text("reproducer protocol")
+    assert page.evaluate(PAGE_WIDTH) == [390, 390]
