@@ -13,7 +13,8 @@ Every phase is a sealed run forked warm from a zygote that has imported torch an
 arguments from TrainCheck's output directory, where the copy finds its instrumentation options (as
 ``traincheck-collect`` would, through a shell script and a new interpreter), then ``traincheck-check`` (or, to fit,
 ``traincheck-infer``) runs as ``__main__`` too. TorchScript is off (``PYTORCH_JIT=0``) in all of them, as
-TrainCheck's own runner sets it.
+TrainCheck's own runner sets it. The ranks of a multi-rank program fork from the instrumented copy, each
+starting a trace of its own (``ForkedRankTracer``).
 
 Facts of traincheck 0.2.0 this module works around:
 - its instrumented copy of the script has lost the module docstring;
