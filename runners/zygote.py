@@ -142,12 +142,33 @@ def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method=
     """``torch.multiprocessing.spawn`` in a warm run: the ranks fork from this already warm process."""
     from torch.multiprocessing import start_processes
 
-    return start_processes(_forked_rank(fn, rank_hooks), args, nprocs, join, daemon, start_method="fork")
+    global _forking_ranks
+    _forking_ranks = rank_hooks
+    try:
+        return start_processes(_forked_rank(fn, rank_hooks), args, nprocs, join, daemon, start_method="fork")
+    finally:
+        _forking_ranks = None
+
+
+_forking_ranks = None  # the rank hooks of the spawn under way: a process forked meanwhile is one of its ranks
+
+
+def _start_forked_rank():
+    """In a process just forked: if it is a rank, its hooks' ``start()`` runs before any Python code of the
+    rank's (multiprocessing's bootstrap, torch's wrapper), which a tracer may record. Its own forks are not
+    ranks."""
+    global _forking_ranks
+    hooks, _forking_ranks = _forking_ranks, None
+    if hooks is not None:
+        hooks.start()
 
 
 def _spawn_by_fork_as(spawn, rank_hooks):
-    """``_spawn_by_fork`` with ``rank_hooks`` (``.start()`` as a rank begins, ``.finish()`` as it ends), under the
-    name of the ``spawn`` it replaces: a tracer that records calls by name sees the function a cold run calls."""
+    """``_spawn_by_fork`` with ``rank_hooks`` (``.start()`` as a rank is forked, ``.finish()`` as it ends), under
+    the name of the ``spawn`` it replaces: a tracer that records calls by name sees the function a cold run
+    calls."""
+    os.register_at_fork(after_in_child=_start_forked_rank)
+
     @functools.wraps(spawn)
     def spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
         return _spawn_by_fork(fn, args, nprocs, join, daemon, start_method, rank_hooks)
@@ -159,8 +180,6 @@ def _forked_rank(fn, rank_hooks=None):
     """``fn``, then what a spawned rank's interpreter does as it exits: a forked rank ends in ``os._exit``,
     which would lose what the program's open files still buffer."""
     def rank(*args):
-        if rank_hooks is not None:
-            rank_hooks.start()
         try:
             return fn(*args)
         finally:

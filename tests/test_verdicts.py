@@ -201,3 +201,17 @@ def test_empty_run_tables_say_what_to_do(client, version):
     make_run(version, campaign=campaign)
     queued = " ".join(strip_tags(client.get(f"/campaigns/{campaign.pk}/?status=queued").content.decode()).split())
     assert "No run matches this filter: show all runs." in queued
+
+
+def test_a_record_table_is_bounded_in_cells_and_text():
+    """A report may hold megabytes of records: the table shows at most MAX_CELLS cells in all, nested ones
+    included, and cuts long values, saying how much is left out."""
+    from runners.templatetags.records import MAX_CELLS, MAX_TEXT_CHARS, record_table
+
+    deep = {f"k{i}": {f"k{j}": {f"k{k}": "x" * 5000 for k in range(50)} for j in range(50)} for i in range(50)}
+    html = str(record_table(deep))
+    assert html.count("<th") <= MAX_CELLS
+    assert "more" in html and "x" * (MAX_TEXT_CHARS + 1) not in html
+    assert len(html) < 2_000_000
+    small = str(record_table({"ratio": 0.5, "steps": [1, 2, 3]}))
+    assert "ratio" in small and "1, 2, 3" in small and "more" not in small

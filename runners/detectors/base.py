@@ -175,9 +175,9 @@ def start_probe(alarm_key=None):
 
     Its alarms are signed with ``alarm_key`` when the caller holds the run's key in memory (a warm-started
     process), else with SILENTBENCH_ALARM_KEY, which is taken out of ``os.environ``. The key goes back into
-    the C environment only, for the processes this one starts: ranks launched with
-    ``torch.multiprocessing.spawn`` are new interpreters that run this again. What a reproducer can still
-    do with it: docs/reproducer-protocol.md.
+    the C environment only, for the processes this one starts: in a cold run, ranks launched with
+    ``torch.multiprocessing.spawn`` are new interpreters that run this again (in a warm run they fork with
+    the probe in place). What a reproducer can still do with it: docs/reproducer-protocol.md.
     """
     from . import get_plugin
 

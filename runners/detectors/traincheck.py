@@ -171,7 +171,8 @@ class ForkedRankTracer:
     TrainCheck keeps per process, in thread-locals and module globals: its trace buffers, the queues of its
     writer threads, the process ID it stamps on records and the UUID of its call IDs. A fork copies them but
     not the threads, so a forked rank would write into queues that nobody drains, under its parent's ID.
-    ``start`` drops that state, so the rank opens trace files of its own as a newly started rank does;
+    ``start`` (in the child, as it is forked) drops that state, so the rank opens trace files of its own as a
+    newly started rank does;
     ``finish`` does what TrainCheck does at interpreter exit, which a forked rank (ending in ``os._exit``)
     never reaches: flush the buffers, stop the writers and wait for them to drain their queues.
     """

@@ -9,11 +9,14 @@ from django.utils.html import format_html, format_html_join
 register = template.Library()
 MAX_DEPTH = 4  # deeper than this, a value is shown as compact JSON
 MAX_ITEMS = 50  # of one record or list; the rest is counted
+MAX_CELLS = 500  # of the whole table, nested ones included: a run's report may hold megabytes of records
+MAX_JSON_CHARS = 500  # of a value shown as compact JSON
+MAX_TEXT_CHARS = 2000  # of one plain value
 
 
 @register.filter
 def record_table(value):
-    return _html(value, 0)
+    return _html(value, 0, [MAX_CELLS])
 
 
 @register.filter
@@ -23,26 +26,35 @@ def without_keys(record, keys):
     return {key: value for key, value in (record or {}).items() if key not in omitted}
 
 
-def _html(value, depth):
+def _html(value, depth, budget):
+    """``value`` as HTML; ``budget`` holds the cells the whole table may still show."""
     if isinstance(value, dict) and depth < MAX_DEPTH:
         if not value:
             return format_html('<span class="muted">{}</span>', "(empty)")
-        items = list(value.items())
+        items = list(value.items())[:_take(budget, len(value))]
         rows = format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>',
-                                ((key, _html(item, depth + 1)) for key, item in items[:MAX_ITEMS]))
-        more = _more(len(items), '<tr><td colspan="2">{}</td></tr>')
+                                ((key, _html(item, depth + 1, budget)) for key, item in items))
+        more = _more(len(value), len(items), '<tr><td colspan="2">{}</td></tr>')
         return format_html('<table class="record">{}{}</table>', rows, more)
     if isinstance(value, list) and depth < MAX_DEPTH:
         if not value:
             return format_html('<span class="muted">{}</span>', "(none)")
-        shown = value[:MAX_ITEMS]
+        shown = value[:_take(budget, len(value))]
         if all(not isinstance(item, (dict, list)) for item in shown):
-            return format_html("{}{}", ", ".join(_scalar(item) for item in shown), _more(len(value), " {}"))
-        items = format_html_join("", "<li>{}</li>", ((_html(item, depth + 1),) for item in shown))
-        return format_html('<ul class="record">{}{}</ul>', items, _more(len(value), "<li>{}</li>"))
+            return format_html("{}{}", ", ".join(_scalar(item) for item in shown), _more(len(value), len(shown), " {}"))
+        items = format_html_join("", "<li>{}</li>", ((_html(item, depth + 1, budget),) for item in shown))
+        return format_html('<ul class="record">{}{}</ul>', items, _more(len(value), len(shown), "<li>{}</li>"))
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), default=str)
+        text = json.dumps(value, separators=(",", ":"), default=str)
+        return text if len(text) <= MAX_JSON_CHARS else text[:MAX_JSON_CHARS] + " …"
     return _scalar(value)
+
+
+def _take(budget, count):
+    """How many of ``count`` items to show: at most MAX_ITEMS, and what is left of the table's budget."""
+    taken = min(count, MAX_ITEMS, budget[0])
+    budget[0] -= taken
+    return taken
 
 
 def _scalar(value):
@@ -50,8 +62,9 @@ def _scalar(value):
         return "–"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    text = str(value)
+    return text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + " …"
 
 
-def _more(count, form):
-    return format_html(form, f"… {count - MAX_ITEMS} more") if count > MAX_ITEMS else ""
+def _more(count, shown, form):
+    return format_html(form, f"… {count - shown} more") if count > shown else ""
