@@ -66,7 +66,8 @@ def render(evaluation):
         f"Seeds {parameters.get('seeds')}; detectors {', '.join(parameters.get('detectors', []))}; "
         f"{parameters.get('runs', '?')} runs ({parameters.get('failed_runs', '?')} failed, "
         f"{parameters.get('retried_runs', 0)} retried with `manage.py retry_failed`); "
-        f"torch {parameters.get('torch', '?')}, traincheck {parameters.get('traincheck', '?')}.\n",
+        f"torch {parameters.get('torch', '?')}, traincheck {parameters.get('traincheck', '?')}; "
+        f"commit {parameters.get('commit') or 'not recorded'}.\n",
         "Definitions (evaluation/metrics.py): a buggy run is detected by an alarm at or after its trigger step; "
         "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "
         "alarms. FP intervals are Wilson 95%. Overhead is the median over interleaved plain/instrumented pairs.\n",

@@ -76,7 +76,7 @@ class Command(BaseCommand):
         if options["retabulate"] is not None:
             return self.retabulate(options["retabulate"], options["results"])
         signal.signal(signal.SIGTERM, exit_on_sigterm)  # stopped like Ctrl-C: nothing left running
-        started = time.monotonic()
+        started, commit = time.monotonic(), source_commit()  # the code that runs, whatever is committed meanwhile
         write = line_writer(sys.stdout)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
@@ -104,7 +104,7 @@ class Command(BaseCommand):
                 "command": command_line(options), "seeds": options["seeds"], "detectors": [d.name for d in detectors],
                 "pairs": options["pairs"], "overhead_workload": str(workload.reproducer),
                 "host": socket.gethostname(), "torch": torch.__version__, "traincheck": tool_version(),
-                "commit": source_commit(),
+                "commit": commit,
             }, acting_user=None)
         self.write_results(evaluation, options["results"])
         self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
