@@ -66,12 +66,19 @@ def build_leaderboard(query, user, stored_only=False):
     for name, standing in by_detector.items():
         standing.links = _links(results, name)
     baseline = by_detector.pop(BASELINE)
-    ranked = sorted(by_detector.values(), key=lambda s: (-s.beyond_fixed, -s.caught, _fp_rate(s), s.detector))
+    ranked = ranking(by_detector.values())
+    return Leaderboard(results, ranked, baseline if _has_data(baseline) or ranked else None)
+
+
+def ranking(standings_):
+    """The standings in leaderboard order, each with its rank: by bugs caught beyond the fixed twin (ties share
+    a rank), then, within a tie, by bugs caught, the false-positive rate and the name."""
+    ranked = sorted(standings_, key=lambda s: (-s.beyond_fixed, -s.caught, _fp_rate(s), s.detector))
     for position, standing in enumerate(ranked, start=1):
         previous = ranked[position - 2] if position > 1 else None
         tied = previous is not None and previous.beyond_fixed == standing.beyond_fixed
         standing.rank = previous.rank if tied else position
-    return Leaderboard(results, ranked, baseline if _has_data(baseline) or ranked else None)
+    return ranked
 
 
 def standings(detection, false_positives, latency, overhead):

@@ -4,6 +4,7 @@ from django.utils import timezone
 
 from core.exports import export
 
+from .leaderboard import BASELINE, ranking, standings
 from .overhead import OVERHEAD_COLUMNS
 from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS, cell_text
 
@@ -33,23 +34,23 @@ def detection_matrix(records):
 
 
 def headline(tables):
-    fp = {r["detector"]: r for r in tables["false_positives"]}
-    overhead = {r["detector"]: r for r in tables["overhead"]}
-    bugs = {r["bug"] for r in tables["detection"]}
+    """One row per detector, ranked as the leaderboard ranks them (evaluation.leaderboard): by the bugs caught
+    beyond the fixed twin, with the raw detections beside it."""
+    bugs = len({r["bug"] for r in tables["detection"]})
+    found = standings(tables["detection"], tables["false_positives"], tables.get("latency", []), tables["overhead"])
+    if not any(r["detector"] == BASELINE for r in tables["detection"]):
+        found.pop(BASELINE)
     rows = []
-    for detector in sorted({r["detector"] for r in tables["detection"]} | set(overhead)):
-        caught = {r["bug"] for r in tables["detection"] if r["detector"] == detector and r["detected_runs"]}
-        beyond = {r["bug"] for r in tables["detection"]
-                  if r["detector"] == detector and r.get("detected_beyond_fixed_runs")}
-        row_fp, row_overhead = fp.get(detector, {}), overhead.get(detector, {})
+    for standing in ranking(found.values()):
+        fp, overhead = standing.false_positives, standing.overhead
         rows.append({
-            "detector": detector, "bugs_caught": f"{len(caught)}/{len(bugs)}",
-            "beyond_fixed": f"{len(beyond)}/{len(bugs)}",
-            "fp_rate": row_fp.get("fp_rate"),
-            "fp_95_ci": f"[{row_fp['fp_ci_low']}, {row_fp['fp_ci_high']}]" if row_fp else None,
-            "per_check_fp_rate": row_fp.get("per_check_fp_rate"),
-            "median_step_time_ratio": row_overhead.get("median_step_time_ratio"),
-            "median_end_to_end_ratio": row_overhead.get("median_end_to_end_ratio"),
+            "rank": standing.rank, "detector": standing.detector,
+            "beyond_fixed": f"{standing.beyond_fixed}/{bugs}", "bugs_caught": f"{standing.caught}/{bugs}",
+            "fp_rate": fp.get("fp_rate"),
+            "fp_95_ci": f"[{fp['fp_ci_low']}, {fp['fp_ci_high']}]" if fp else None,
+            "per_check_fp_rate": fp.get("per_check_fp_rate"),
+            "median_step_time_ratio": overhead.get("median_step_time_ratio"),
+            "median_end_to_end_ratio": overhead.get("median_end_to_end_ratio"),
         })
     return _table(rows)
 
@@ -71,7 +72,10 @@ def render(evaluation):
         "Definitions (evaluation/metrics.py): a buggy run is detected by an alarm at or after its trigger step; "
         "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "
         "alarms. FP intervals are Wilson 95%. Overhead is the median over interleaved plain/instrumented pairs.\n",
-        "## Summary\n", headline(tables),
+        "## Summary\n",
+        "Ranked by the bugs caught beyond the fixed twin (a detection whose alarm rule did not also fire on the "
+        "fixed variant of the same seed), as on the dashboard's /leaderboard/; `bugs_caught` counts raw detections.\n",
+        headline(tables),
         "\n## Detection matrix\n",
         "Cells: detected buggy runs / buggy runs. FA: false alarms on this bug (before the trigger step, or on "
         "its fixed variant). (=fixed): every qualifying alarm's rule also fired on the fixed variant of the same "
