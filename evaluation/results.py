@@ -6,6 +6,7 @@ from functools import cached_property
 
 import pandas as pd
 from django.core.cache import cache
+from django.db.models import Count, Q
 
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
@@ -169,10 +170,12 @@ class Results:
     def runs_summary(self):
         """What the selected runs are: how many (and how many succeeded), their seeds and environments."""
         runs = self.runs
-        environments = (runs.exclude(environment=None).order_by().values_list("environment__torch", "environment__host")
-                        .distinct())
+        environments = list(runs.exclude(environment=None).order_by()
+                            .values_list("environment__torch", "environment__host").distinct())
+        succeeded = Count("pk", filter=Q(status=RunStatus.SUCCEEDED))
+        counts = runs.order_by().aggregate(runs=Count("pk"), succeeded=succeeded)
         return {
-            "runs": runs.count(), "succeeded": runs.filter(status=RunStatus.SUCCEEDED).count(),
+            **counts,
             "seeds": sorted(set(runs.order_by().values_list("seed", flat=True).distinct())),
             "torch": sorted({torch for torch, _ in environments} - {""}),
             "hosts": sorted({host for _, host in environments} - {""}),
