@@ -171,8 +171,9 @@ def execute(run, devices=()):
         cold_reason = cold_start_reason(plugin, argv, command, declared, devices)
         if not cold_reason:
             env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory
+        preload = context.preload or plugin.preload
         result = run_sandboxed(command, context.cwd or workdir, env, limits, warm=not cold_reason,
-                               preload=plugin.preload, report_path=report_path,
+                               preload=preload, report_path=report_path,
                                alarm_key="" if cold_reason else alarm_key, devices=device_nodes(devices))
         report = parse_report(result.report_text, alarm_key=alarm_key or None)
         failure = result.failure(limits)
@@ -200,6 +201,7 @@ def execute(run, devices=()):
     execution = {
         "start": "cold" if cold_reason else "warm",
         "cold_reason": cold_reason,
+        "zygote": "" if cold_reason else (preload[0] if isinstance(preload, tuple) else preload),
         "layers": result.layers,
         "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else []),
         "refused_alarms": report.refused_alarms,

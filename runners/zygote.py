@@ -8,7 +8,9 @@ run's socket. It exits when the worker closes its end, and dies with the worker.
 
 A warm child runs the reproducer as ``__main__`` with its argv, in the environment the run declares.
 What the zygote imports first is its *preload* (``PRELOADS``): torch and the probe for the in-process
-detectors, torch and TrainCheck for TrainCheck's phases (a zygote of each, started on first use).
+detectors, torch and TrainCheck for TrainCheck's phases, and for TrainCheck's traced programs torch already
+instrumented as the program's instrumented copy would instrument it (a zygote of each, started on first use;
+a preload with an argument is a ``(name, argument)`` pair, one zygote per distinct argument).
 ``torch.multiprocessing.spawn`` forks its ranks from the same warm state instead of starting a new
 interpreter for each.
 """
@@ -32,6 +34,7 @@ from .detectors.traincheck import TRAINCHECK_ENV
 from .isolation import SandboxSpec, launch
 
 REQUEST_BYTES = 1 << 20
+MAX_ZYGOTES_WITH_ARGUMENT = 2  # per process: instrumented zygotes are keyed by the fit; older ones are closed
 READY = b"ready"
 START_TIMEOUT_SECONDS = 300
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -52,25 +55,42 @@ class ZygoteClient:
 
     @classmethod
     def shared(cls, preload="torch"):
+        """The zygote of ``preload``: a name of ``PRELOADS``, or a ``(name, argument)`` pair."""
         with cls._lock:
             client = cls._shared.get(preload)
             if client is None or not client.alive():
+                if isinstance(preload, tuple):
+                    cls._close_oldest_with_argument()
                 client = cls._shared[preload] = cls(preload)
             return client
 
+    @classmethod
+    def _close_oldest_with_argument(cls):
+        with_argument = [key for key in cls._shared if isinstance(key, tuple)]  # in the order they started
+        for key in with_argument[:max(0, len(with_argument) - MAX_ZYGOTES_WITH_ARGUMENT + 1)]:
+            cls._shared.pop(key).close()
+
     def __init__(self, preload="torch"):
-        if preload not in PRELOADS:
-            raise ValueError(f"unknown preload {preload!r}: one of {', '.join(PRELOADS)}")
+        name, argument = preload if isinstance(preload, tuple) else (preload, None)
+        if name not in PRELOADS:
+            raise ValueError(f"unknown preload {name!r}: one of {', '.join(PRELOADS)}")
         self.owner = os.getpid()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
         env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
-        env.update(PRELOAD_ENV.get(preload, {}))
+        env.update(PRELOAD_ENV.get(name, {}))
         self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([sys.executable, "-m", "runners.zygote", str(theirs.fileno()), preload],
-                                        pass_fds=[theirs.fileno()], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=self.log, stderr=self.log, start_new_session=True)
+        self.argument_file = None
+        command = [sys.executable, "-m", "runners.zygote", str(theirs.fileno()), name]
+        if argument is not None:  # in a file: it can be larger than a command line's argument may be
+            self.argument_file = tempfile.NamedTemporaryFile("w", prefix="zygote-", suffix=".json")
+            self.argument_file.write(argument)
+            self.argument_file.flush()
+            command.append(self.argument_file.name)
+        self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], cwd=REPO_ROOT, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                                        start_new_session=True)
         theirs.close()
         self.control.settimeout(START_TIMEOUT_SECONDS)
         try:
@@ -85,6 +105,16 @@ class ZygoteClient:
 
     def alive(self):
         return self.owner == os.getpid() and self.process.poll() is None
+
+    def close(self):
+        """Stop the zygote (the runs it forked go on); it exits as its control socket closes."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        if self.argument_file is not None:
+            self.argument_file.close()
 
     def launch(self, spec, fds):
         """Have the zygote fork a launcher for ``spec`` with ``fds`` (the run's socket, stdout, stderr)."""
@@ -134,8 +164,54 @@ def preload_traincheck():
     torch.multiprocessing.spawn = _spawn_by_fork_as(torch.multiprocessing.spawn, ForkedRankTracer)
 
 
-PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck}
-PRELOAD_ENV = {"traincheck": TRAINCHECK_ENV}  # set before the preload's imports
+def preload_traincheck_instrumented(spec_path):
+    """``preload_traincheck``, then torch instrumented as TrainCheck's instrumented copy of a program would
+    instrument it first thing (``detectors.traincheck.instrumentation_spec``: the copy's settings, the options of
+    its ``Instrumentor`` calls and its ``instr_opts.json``), then the first optimizer's imports, untraced.
+
+    In a program forked from here the copy's own ``Instrumentor(...).instrument()`` calls wrap nothing more and
+    return at once (TrainCheck skips what it has instrumented), and its first optimizer finds ``torch._dynamo``
+    imported. Only the order differs from a cold run: torch's compiler is imported *after* instrumentation, as the
+    cold run imports it, so the same functions are wrapped (importing it first wraps 5,167 more); but the calls torch
+    makes while importing it are not traced, in fitting and checking alike."""
+    import shutil
+
+    preload_traincheck()
+    import torch
+    import traincheck.config.config as traincheck_config
+    from traincheck.instrumentor.tracer import Instrumentor
+
+    with open(spec_path, encoding="utf-8") as source:
+        spec = json.load(source)
+    for name, value in spec["config"].items():
+        setattr(traincheck_config, name, value)
+    scratch = tempfile.mkdtemp(prefix="zygote-traincheck-")
+    os.environ["TRAINCHECK_OUTPUT_DIR"] = scratch  # the zygote's own instrumentation log, removed below
+    os.chdir(scratch)
+    try:
+        if spec["instr_opts"] is not None:  # read once by the first Instrumentor, kept by TrainCheck for the process
+            Path(scratch, traincheck_config.INSTR_OPTS_FILE).write_text(spec["instr_opts"], encoding="utf-8")
+        Instrumentor(torch, **spec["instrumentor"]).instrument()
+        traincheck_config.DISABLE_WRAPPER = True
+        try:
+            torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo: see preload_torch
+        finally:
+            traincheck_config.DISABLE_WRAPPER = False
+    finally:
+        os.chdir(REPO_ROOT)
+        os.environ.pop("TRAINCHECK_OUTPUT_DIR", None)
+        shutil.rmtree(scratch, ignore_errors=True)
+    from .detectors.traincheck import ForkedRankTracer
+
+    _run_start_hooks.append(ForkedRankTracer.start)  # a run forked from here starts a trace of its own
+
+
+_run_start_hooks = []  # what a warm child runs first (the zygote's preload adds them)
+
+
+PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck,
+            "traincheck-instrumented": preload_traincheck_instrumented}
+PRELOAD_ENV = {"traincheck": TRAINCHECK_ENV, "traincheck-instrumented": TRAINCHECK_ENV}  # set before the imports
 
 
 def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", rank_hooks=None):
@@ -210,6 +286,8 @@ def run_warm(spec):
     main.__file__, main.__builtins__ = path, builtins
     sys.modules["__main__"] = main
     code = 0
+    for hook in _run_start_hooks:
+        hook()
     try:
         if spec.env.get("SILENTBENCH_DETECTOR"):
             from .detectors.base import start_probe
@@ -280,7 +358,9 @@ def _launch_child(spec, conn_fd, stdout_fd, stderr_fd):
 def main():
     control = socket.socket(fileno=int(sys.argv[1]))
     control.set_inheritable(False)
-    PRELOADS[sys.argv[2] if len(sys.argv) > 2 else "torch"]()
+    PRELOADS[sys.argv[2] if len(sys.argv) > 2 else "torch"](*sys.argv[3:])
+    if threading.active_count() > 1:  # a fork copies one thread: the others' locks would stay held for good
+        raise ZygoteError(f"the preload left threads running: {threading.enumerate()}")
     serve(control)
 
 

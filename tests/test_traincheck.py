@@ -1,12 +1,67 @@
 """TrainCheck, the real traincheck package: how its output is read, and fit -> check -> parse end to end on CPU."""
+import json
+
 import pytest
 
-from runners.detectors.traincheck import models_to_track, read_json_stream, violation_alarms
+from runners.detectors.traincheck import instrumentation_spec, models_to_track, read_json_stream, violation_alarms
 from runners.models import FitArtifact, Run, RunFailureKind, RunStatus
 from runners.registry import detector_record
 from runners.tasks import execute_run
 
 from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory
+
+
+INSTRUMENT = ("from traincheck.instrumentor.tracer import Instrumentor\n"
+              "Instrumentor({target}, scan_proxy_in_args=False, use_full_instr=False, funcs_to_instr=None, "
+              "API_dump_stack_trace=False, sampling_interval={interval}, warm_up_steps=1).instrument()\n")
+COPY_HEAD = """from traincheck import annotate_stage
+import os
+os.environ['TRAINCHECK_OUTPUT_DIR'] = "/run/out"
+from traincheck.utils import register_custom_excepthook
+if os.environ.get("TRAINCHECK_DEBUG") == "1":
+    register_custom_excepthook(True)
+import traincheck.config.config as general_config
+general_config.INSTR_DESCRIPTORS = False
+general_config.MODEL_TRACKER_STYLE = 'sampler'
+'The docstring, as TrainCheck leaves it.'
+import argparse
+"""
+
+
+def instrumented_copy(tmp_path, head=COPY_HEAD, first="torch", interval=1, later_interval=1):
+    copy = tmp_path / "_traincheck_repro.py"
+    copy.write_text(head + "import torch\n" + INSTRUMENT.format(target=first, interval=interval)
+                    + "import torch.nn as nn\n" + INSTRUMENT.format(target="nn", interval=later_interval)
+                    + "print('training')\n")
+    return copy
+
+
+def test_a_zygote_instruments_torch_with_the_values_of_the_copys_head_and_nothing_else(tmp_path):
+    """The zygote outside the sandbox takes literals of known names and types from the copy, never code: a copy that
+    runs anything else before instrumenting torch, or sets anything else, instruments torch itself."""
+    (tmp_path / "instr_opts.json").write_text('{"funcs_instr_opts": {}}')
+    spec = json.loads(instrumentation_spec(instrumented_copy(tmp_path), tmp_path))
+    assert spec == {"config": {"INSTR_DESCRIPTORS": False, "MODEL_TRACKER_STYLE": "sampler"},
+                    "instrumentor": {"scan_proxy_in_args": False, "use_full_instr": False, "funcs_to_instr": None,
+                                     "API_dump_stack_trace": False, "sampling_interval": 1, "warm_up_steps": 1},
+                    "instr_opts": '{"funcs_instr_opts": {}}'}
+    assert json.loads(instrumentation_spec(instrumented_copy(tmp_path), tmp_path / "elsewhere"))["instr_opts"] is None
+
+    refused = {
+        "code before torch is instrumented": COPY_HEAD + "open('/etc/passwd').read()\n",
+        "a third-party import first": COPY_HEAD + "import numpy\n",
+        "a setting TrainCheck does not write": COPY_HEAD + "general_config.INSTR_OPTS_FILE = '/etc/shadow'\n",
+        "a setting of the wrong type": COPY_HEAD + "general_config.INSTR_DESCRIPTORS = 'yes'\n",
+        "a setting that is not a literal": COPY_HEAD + "general_config.INSTR_DESCRIPTORS = bool(1)\n",
+    }
+    for reason, head in refused.items():
+        assert instrumentation_spec(instrumented_copy(tmp_path, head=head), tmp_path) is None, reason
+    assert instrumentation_spec(instrumented_copy(tmp_path, first="nn"), tmp_path) is None
+    assert instrumentation_spec(instrumented_copy(tmp_path, interval="__import__('os')"), tmp_path) is None
+    assert instrumentation_spec(instrumented_copy(tmp_path, later_interval=10), tmp_path) is None  # options differ
+    no_torch_import = tmp_path / "_traincheck_no_import.py"
+    no_torch_import.write_text(COPY_HEAD + INSTRUMENT.format(target="torch", interval=1))
+    assert instrumentation_spec(no_torch_import, tmp_path) is None
 
 
 def test_models_to_track_finds_the_model_its_optimizer_is_built_from():
@@ -123,6 +178,7 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     assert buggy.analysis_seconds > 0
     assert not [a.rule for a in fixed.alarms.all() if "Adam.step()" in a.rule]
     assert buggy.execution["start"] == fixed.execution["start"] == "warm", buggy.execution
+    assert buggy.execution["zygote"] == "traincheck-instrumented", buggy.execution  # torch instrumented before
 
     # Two ranks, forked warm from the traced program: each writes a trace of its own, and the alarm is raised.
     two_ranks = ReproducerVersionFactory(files={"repro.py": TRAINING_TWO_RANKS}, time_limit_seconds=90,
@@ -149,6 +205,7 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
         execute_run(cold.pk)
         cold.refresh_from_db()
         assert cold.status == RunStatus.SUCCEEDED and cold.execution["start"] == "cold", cold.failure_reason
+        assert cold.execution["zygote"] == ""
         assert cold.fit_artifact == artifact
         assert alarm_rules(cold) == alarm_rules(warm)
         assert cold.detector_summary["processes_traced"] == warm.detector_summary["processes_traced"]

@@ -202,6 +202,7 @@ class RunContext:
     ``fit_artifact`` is the text of the detector's fitted artifact (TrainCheck's invariants), when it
     needs one. ``summary`` is filled by the detector and stored with the run (rules deployed, check time).
     ``cwd``: where the command runs, a folder of ``workdir`` that ``command`` may choose (else ``workdir``).
+    ``preload``: the zygote a warm run forks from, if ``command`` chooses one (else the plugin's ``preload``).
     """
 
     workdir: Path
@@ -212,3 +213,4 @@ class RunContext:
     fit_artifact: str | None = None
     summary: dict = field(default_factory=dict)
     cwd: Path | None = None
+    preload: str | tuple | None = None

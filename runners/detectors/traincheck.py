@@ -16,6 +16,13 @@ arguments from TrainCheck's output directory, where the copy finds its instrumen
 TrainCheck's own runner sets it. The ranks of a multi-rank program fork from the instrumented copy, each
 starting a trace of its own (``ForkedRankTracer``).
 
+The instrumented copy itself forks from a zygote that has also instrumented torch as the copy's first
+``Instrumentor(torch, ...).instrument()`` would, with the same options and ``instr_opts.json``
+(``instrumentation_spec``; preload "traincheck-instrumented", one zygote per fit and collection mode), and has
+then imported torch's compiler untraced, as the first optimizer would: the copy's own instrumentation then wraps
+nothing more, and neither costs the run (about 2.8 and 2.5 s per traced process). A copy whose head does more
+than import the standard library, TrainCheck and torch before that call instruments torch itself, as before.
+
 Facts of traincheck 0.2.0 this module works around:
 - its instrumented copy of the script has lost the module docstring;
 - the ``sampler`` model tracker needs the model's variable name, and hooks the first line that
@@ -42,6 +49,12 @@ MAX_ALARMS = 500
 MAX_SETUP_ALARMS = 50
 INSTRUMENTED_PREFIX = "_traincheck_"  # TrainCheck's name for its instrumented copy of a script
 TRAINCHECK_ENV = {"PYTORCH_JIT": "0"}  # what TrainCheck's runner sets for the programs it traces
+# What the head of an instrumented copy may set, as traincheck-collect writes it: a zygote outside the sandbox
+# applies these (instrumentation_spec), so nothing else of the copy is taken.
+HEAD_SETTINGS = {"INSTR_DESCRIPTORS": (bool,), "MODEL_TRACKER_STYLE": (str, type(None)), "USE_TORCH_COMPILE": (bool,)}
+INSTRUMENTOR_OPTIONS = {"scan_proxy_in_args": (bool,), "use_full_instr": (bool,), "funcs_to_instr": (type(None),),
+                        "API_dump_stack_trace": (bool,), "sampling_interval": (int, type(None)),
+                        "warm_up_steps": (int, type(None))}
 OPTIMIZER_LINE = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*[\w.]*\([ \t]*(\w+)(?:\.\w+)*\.parameters\(\)", re.MULTILINE)
 
 
@@ -109,6 +122,101 @@ def instrument(workdir, entrypoint, output_dir, config, env, limits, invariants_
     if not copy.is_file():
         raise TrainCheckError(f"traincheck instrument wrote no {copy.name}")
     return copy, models
+
+
+def instrumentation_spec(copy, output_dir):
+    """What a zygote needs to instrument torch as TrainCheck's instrumented ``copy`` does first thing
+    (``runners.zygote.preload_traincheck_instrumented``), as JSON: the copy's ``general_config`` settings, the
+    options of its ``Instrumentor`` calls and its ``instr_opts.json``. None, and the program instruments torch
+    itself, unless the copy runs nothing before ``Instrumentor(torch, ...).instrument()`` but the standard library,
+    TrainCheck and ``import torch``, and every ``Instrumentor`` call of it has the same options."""
+    try:
+        tree = ast.parse(Path(copy).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    config, first, torch_imported = {}, None, False
+    for statement in tree.body:
+        first = _instrumentor_call(statement)
+        if first is not None:
+            break
+        setting = _config_setting(statement)
+        if setting is not None:
+            config.update([setting])
+        elif not _runs_nothing_of_the_program(statement):
+            return None
+        torch_imported = torch_imported or (isinstance(statement, ast.Import)
+                                            and any(alias.name == "torch" for alias in statement.names))
+    if not (torch_imported and first is not None and isinstance(first.args[0], ast.Name)
+            and first.args[0].id == "torch"):
+        return None
+    options = [_literal_keywords(call) for call in ast.walk(tree) if _is_instrumentor(call)]
+    if None in options or any(option != options[0] for option in options):
+        return None
+    opts_file = Path(output_dir) / "instr_opts.json"
+    return json.dumps({"config": config, "instrumentor": options[0],
+                       "instr_opts": opts_file.read_text(encoding="utf-8") if opts_file.is_file() else None},
+                      sort_keys=True)
+
+
+def _is_instrumentor(node):
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Instrumentor"
+
+
+def _instrumentor_call(statement):
+    """The ``Instrumentor(target, ...)`` of a statement ``Instrumentor(target, ...).instrument()``, else None."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "instrument"
+            and _is_instrumentor(call.func.value) and len(call.func.value.args) == 1):
+        return call.func.value
+    return None
+
+
+def _literal_keywords(call):
+    """The options of an ``Instrumentor`` call, if each is one that TrainCheck writes, of its type; else None."""
+    try:
+        options = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+    except ValueError:
+        return None
+    return options if _typed_as(options, INSTRUMENTOR_OPTIONS) else None
+
+
+def _typed_as(values, types):
+    return all(name in types and type(value) in types[name] for name, value in values.items())
+
+
+def _config_setting(statement):
+    """``general_config.NAME = <literal>`` as (NAME, value), else None."""
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return None
+    target = statement.targets[0]
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and target.value.id == "general_config" and target.attr.isupper()):
+        return None
+    try:
+        setting = {target.attr: ast.literal_eval(statement.value)}
+    except ValueError:
+        return None
+    return next(iter(setting.items())) if _typed_as(setting, HEAD_SETTINGS) else None
+
+
+def _runs_nothing_of_the_program(statement):
+    """Whether a statement of the copy's head leaves torch alone: a string, an import of the standard library or
+    TrainCheck, ``import torch``, TrainCheck's output folder, its debug hook."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return True
+    if isinstance(statement, ast.Import):
+        return all(alias.name == "torch" and alias.asname is None or _harmless_module(alias.name)
+                   for alias in statement.names)
+    if isinstance(statement, ast.ImportFrom):
+        return statement.level == 0 and _harmless_module(statement.module or "")
+    source = ast.unparse(statement)
+    return (source.startswith("os.environ['TRAINCHECK_OUTPUT_DIR'] = ")
+            or source.startswith("if os.environ.get('TRAINCHECK_DEBUG') == '1':"))
+
+
+def _harmless_module(name):
+    root = name.partition(".")[0]
+    return root in sys.stdlib_module_names or root in ("__future__", "traincheck")
 
 
 def trace_folders(output_dir):
@@ -209,8 +317,14 @@ class ForkedRankTracer:
                 thread.join()
 
 
-def _run_tool(argv, workdir, env, limits, phase):
-    result = run_sandboxed(argv, workdir, env, limits, warm=limits.warm_start, preload="traincheck")
+def traced_program_preload(copy, output_dir):
+    """The zygote to fork an instrumented copy from: one with torch instrumented already, when the copy allows it."""
+    spec = instrumentation_spec(copy, output_dir)
+    return "traincheck" if spec is None else ("traincheck-instrumented", spec)
+
+
+def _run_tool(argv, workdir, env, limits, phase, preload="traincheck"):
+    result = run_sandboxed(argv, workdir, env, limits, warm=limits.warm_start, preload=preload)
     reason = result.failure_reason(limits)
     if reason:
         tail = (result.stderr or result.stdout)[-1500:]
@@ -254,6 +368,7 @@ class TrainCheck(DetectorPlugin):
         started = time.monotonic()
         copy, models = instrument(context.workdir, context.entrypoint, base / "collect", config, context.env,
                                   context.limits, invariants if config["collection"] == "selective" else None)
+        context.preload = traced_program_preload(copy, base / "collect")
         context.summary.update({"models_tracked": models, "instrument_seconds": round(time.monotonic() - started, 3)})
         context.cwd = base / "collect"  # the copy reads its instrumentation options from there
         return [argv[0], str(copy), *argv[2:]]
@@ -293,7 +408,8 @@ class TrainCheck(DetectorPlugin):
             copy, models = instrument(program_dir, entrypoint, output_dir, config, env, limits)
             tracked[f"{index}:{entrypoint}"] = models
             _run_tool([sys.executable, str(copy), *args], output_dir, env, limits,
-                      f"collect on reference program {entrypoint} ({index + 1}/{len(programs)})")
+                      f"collect on reference program {entrypoint} ({index + 1}/{len(programs)})",
+                      traced_program_preload(copy, output_dir))
             traces += trace_folders(output_dir)
         collect_seconds = time.monotonic() - started
         invariants = workdir / "invariants.json"
