@@ -10,7 +10,6 @@ from runners.tasks import execute_run
 
 from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory
 
-
 INSTRUMENT = ("from traincheck.instrumentor.tracer import Instrumentor\n"
               "Instrumentor({target}, scan_proxy_in_args=False, use_full_instr=False, funcs_to_instr=None, "
               "API_dump_stack_trace=False, sampling_interval={interval}, warm_up_steps=1).instrument()\n")
