@@ -90,14 +90,15 @@ def parse_bug_yaml(path):
     return bug_id, fields
 
 
-def parse_reproducer_folder(folder):
-    """(manifest, files) of a reproducer folder; every file is part of the version."""
+def parse_reproducer_folder(folder, *, reproduces_bug=True):
+    """(manifest, files) of a reproducer folder; every file is part of the version. A bug's reproducer must declare
+    its oracle's symptom and a fidelity note; a clean reference pipeline (``reproduces_bug=False``) need not."""
     manifest = _read_yaml(folder / MANIFEST_NAME, max_bytes=settings.SILENTBENCH_MAX_MANIFEST_BYTES)
     files = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not IGNORED_NAMES.intersection(path.relative_to(folder).parts):
             files[path.relative_to(folder).as_posix()] = path.read_text(encoding="utf-8")
-    problems = manifest_problems(manifest, files)
+    problems = manifest_problems(manifest, files, reproduces_bug=reproduces_bug)
     if problems:
         raise ValidationError(f"{folder}: {' '.join(problems)}")
     return manifest, files
@@ -125,9 +126,13 @@ def _read_yaml(path, max_bytes=None):
 
 def reproducer_fields(manifest):
     needs = manifest.get("needs") or {}
+    oracle = manifest["oracle"] if isinstance(manifest.get("oracle"), dict) else {}  # none for a clean pipeline
     return {
         "strategy": manifest["strategy"],
         "strategy_note": str(manifest.get("strategy_note", "")).strip(),
+        "oracle_symptom": oracle.get("symptom", ""),
+        "oracle_check": str(oracle.get("check", "")).strip(),
+        "fidelity_note": str(manifest.get("fidelity_note", "")).strip(),
         "simulated": bool(manifest.get("simulated", False)),
         "needs_cuda": bool(needs.get("cuda", False)),
         "world_size": int(needs.get("world_size", 1)),
@@ -173,7 +178,7 @@ def do_load_catalog(root, *, acting_user=None):
 
 
 def _load_reproducer(bug, folder, summary, acting_user):
-    manifest, files = parse_reproducer_folder(folder)
+    manifest, files = parse_reproducer_folder(folder, reproduces_bug=bug is not None)
     fields = reproducer_fields(manifest)
     reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=folder.name, defaults=fields)
     if not created and any(getattr(reproducer, k) != v for k, v in fields.items()):

@@ -138,6 +138,15 @@ class Strategy(models.TextChoices):
     INJECTED = "injected", "Injected"
 
 
+class OracleSymptom(models.TextChoices):
+    """What a reproducer's oracle judges: a symptom a user of the faulty program would see, never the cause."""
+    LOSS = "loss", "Loss: diverges, stops improving or climbs back"
+    ACCURACY = "accuracy", "Accuracy stays low"
+    RANK_DIVERGENCE = "rank_divergence", "Replicas differ between ranks"
+    FROZEN_PARAMETERS = "frozen_parameters", "Parameters that never move"
+    REFERENCE_MISMATCH = "reference_mismatch", "Differs from a reference computation"
+
+
 class Reproducer(models.Model):
     """A named way to reproduce a bug (``cpu``, ``cuda``...), or, without a bug, a clean reference
     pipeline (no fault; only its ``fixed`` variant exists). Its code lives in versions."""
@@ -146,6 +155,12 @@ class Reproducer(models.Model):
     name = models.SlugField(max_length=50)
     strategy = models.CharField(max_length=16, choices=Strategy.choices)
     strategy_note = models.TextField(blank=True)
+    oracle_symptom = models.CharField(max_length=32, choices=OracleSymptom.choices, blank=True,
+                                      help_text="What the oracle judges; empty for a clean reference pipeline.")
+    oracle_check = models.TextField(blank=True, help_text="What the oracle compares, with its threshold.")
+    fidelity_note = models.TextField(
+        blank=True, help_text="What differs from the upstream report's setup (model, optimizer, loss, data, steps, "
+                              "hardware) and why; empty for a clean reference pipeline.")
     simulated = models.BooleanField(default=False, help_text="A CPU analogue of a bug that needs other hardware.")
     needs_cuda = models.BooleanField(default=False, db_index=True)
     world_size = models.PositiveIntegerField(default=1)

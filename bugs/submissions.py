@@ -18,7 +18,7 @@ from django.conf import settings
 
 from core.untrusted import UntrustedInputError, load_yaml, text_problem
 
-from .models import ReproducerVersion, Strategy
+from .models import OracleSymptom, ReproducerVersion, Strategy
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 ARCHIVE_READ_FACTOR = 4  # an archive may be at most this many times the unpacked limit (text compresses)
@@ -276,13 +276,16 @@ def _check_total(files, problems, limits):
         problems.append(f"The files add up to {_kib(total)}, more than the {_kib(limits.max_total_bytes)} allowed.")
 
 
-def manifest_problems(manifest, files):
+def manifest_problems(manifest, files, *, reproduces_bug=True):
     """What is wrong with a parsed reproducer.yaml, given the reproducer's files (shared with the catalog loader).
-    Every number that is stored in a column must fit it, on every database."""
+    Every number that is stored in a column must fit it, on every database. A bug's reproducer (every submission)
+    must also declare its oracle's symptom and its fidelity note; a clean reference pipeline has neither."""
     if not isinstance(manifest, dict):
         return [f"{MANIFEST_NAME} must be a mapping of fields (see docs/reproducer-protocol.md)."]
     problems = [f"{MANIFEST_NAME}: '{name}' is not declared." for name in REQUIRED_MANIFEST_FIELDS
                 if name not in manifest]
+    if reproduces_bug:
+        problems += fidelity_problems(manifest)
     if "strategy" in manifest and manifest["strategy"] not in Strategy.values:
         problems.append(f"{MANIFEST_NAME}: strategy must be one of {', '.join(Strategy.values)}.")
     entrypoint = manifest.get("entrypoint")
@@ -307,6 +310,33 @@ def manifest_problems(manifest, files):
     return problems
 
 
+def fidelity_problems(manifest):
+    """What a bug's reproducer.yaml lacks to say what its oracle judges and how far it is from the upstream report."""
+    problems = []
+    oracle = manifest.get("oracle")
+    symptoms = ", ".join(OracleSymptom.values)
+    if not isinstance(oracle, dict):
+        problems.append(f"{MANIFEST_NAME}: 'oracle' must declare the symptom your oracle record judges, as a user of "
+                        f"the faulty program would see it: 'oracle: {{symptom: <one of {symptoms}>, "
+                        f"check: <what it compares, with the threshold>}}' (docs/reproducer-protocol.md).")
+    else:
+        if oracle.get("symptom") not in OracleSymptom.values:
+            problems.append(f"{MANIFEST_NAME}: oracle.symptom must be one of {symptoms}: the symptom the oracle "
+                            f"judges, not its cause (docs/reproducer-protocol.md).")
+        if not _text(oracle.get("check")):
+            problems.append(f"{MANIFEST_NAME}: oracle.check must say in a sentence what the oracle compares, with "
+                            f"its threshold.")
+    if not _text(manifest.get("fidelity_note")):
+        problems.append(f"{MANIFEST_NAME}: 'fidelity_note' must say in a sentence or two what differs from the "
+                        f"upstream report's setup (model, optimizer, loss, data, steps, hardware) and why, or that "
+                        f"nothing does (docs/reproducer-protocol.md).")
+    return problems
+
+
+def _text(value):
+    return isinstance(value, str) and bool(value.strip())
+
+
 def _whole_number(value, minimum, maximum):
     return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum
 
@@ -314,8 +344,8 @@ def _whole_number(value, minimum, maximum):
 def reproducer_problems(files):
     """(manifest, problems) of a reproducer's files: manifest fields, Python syntax, protocol."""
     if MANIFEST_NAME not in files:
-        return {}, [f"No {MANIFEST_NAME}: it declares the entrypoint, strategy, default steps and needs "
-                    f"(docs/reproducer-protocol.md)."]
+        return {}, [f"No {MANIFEST_NAME}: it declares the entrypoint, strategy, default steps, needs, the "
+                    f"oracle's symptom and the fidelity note (docs/reproducer-protocol.md)."]
     try:
         manifest = load_yaml(files[MANIFEST_NAME], max_bytes=settings.SILENTBENCH_MAX_MANIFEST_BYTES)
     except UntrustedInputError as error:

@@ -135,8 +135,12 @@ def make_runs(bug_title="A test bug", rule="no_parameter_updated", campaign=None
 
 # --- Submissions ---
 
+# What a bug's reproducer.yaml must say about its oracle and its distance from the upstream report.
+ORACLE_AND_FIDELITY = {"oracle": {"symptom": "loss", "check": "The final loss is above 1.0."},
+                       "fidelity_note": "Upstream: a ResNet on ImageNet on GPUs; here a linear model on CPU, 4 steps."}
 SUBMISSION_MANIFEST = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 4,
-                       "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 30, "memory_mb": 1024}}
+                       "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 30, "memory_mb": 1024},
+                       **ORACLE_AND_FIDELITY}
 # A valid reproducer folder and the bug form that submits it.
 FILES = {"repro.py": GOOD_REPRODUCER, "reproducer.yaml": yaml.safe_dump(SUBMISSION_MANIFEST)}
 BUG_FORM = {"bug_id": "GH-4242", "title": "Gradients silently dropped", "framework": "pytorch",

@@ -23,6 +23,8 @@ entrypoint: repro.py
 strategy: injected
 default_steps: 5
 needs: {time_limit_seconds: 30, memory_mb: 1024}
+oracle: {symptom: frozen_parameters, check: No parameter changed.}
+fidelity_note: Upstream on GPUs; here on CPU.
 """
 
 

@@ -38,10 +38,12 @@ def hostile_world():
     bug = BugFactory(bug_id="TEST-EVIL", title=HOSTILE, symptom=HOSTILE, root_cause=HOSTILE, fix=HOSTILE,
                      root_cause_category=HOSTILE, framework_versions=HOSTILE, submitted_by=submitter)
     code = GOOD_REPRODUCER + f"\n# {HOSTILE}\nprint('</script><script>alert(2)</script>')\n"
-    approved = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, strategy_note=HOSTILE),
+    approved = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, strategy_note=HOSTILE,
+                                                                     oracle_check=HOSTILE, fidelity_note=HOSTILE),
                                         files={"repro.py": code})
     pending = do_submit_reproducer({"repro.py": code + "\n", "reproducer.yaml": (
-        "entrypoint: repro.py\nstrategy: injected\ndefault_steps: 3\nneeds: {}\n")}, bug=bug, acting_user=submitter)
+        "entrypoint: repro.py\nstrategy: injected\ndefault_steps: 3\nneeds: {}\noracle: {symptom: loss, check: x}\n"
+        "fidelity_note: x\n")}, bug=bug, acting_user=submitter)
     environment = EnvironmentFactory(fingerprint="evil", host=HOSTILE, cpu=HOSTILE, gpu=HOSTILE, python="3.11",
                                      torch=HOSTILE, facts={"note": HOSTILE})
     campaign = do_create_campaign(HOSTILE,

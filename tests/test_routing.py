@@ -397,7 +397,8 @@ def test_worker_queues_command_prints_the_same_queues(two_gpus, capsys):
 def test_a_submitted_manifest_declares_gpu_memory_as_a_number():
     from bugs.submissions import manifest_problems
 
-    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3, "needs": {"gpus": 1}}
+    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3, "needs": {"gpus": 1},
+                "oracle": {"symptom": "loss", "check": "x"}, "fidelity_note": "x"}
     assert not manifest_problems({**manifest, "needs": {"gpus": 1, "gpu_memory_gb": 40}}, {"repro.py": ""})
     assert any("gpu_memory_gb" in problem for problem in
                manifest_problems({**manifest, "needs": {"gpus": 1, "gpu_memory_gb": "lots"}}, {"repro.py": ""}))

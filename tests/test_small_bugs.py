@@ -24,7 +24,7 @@ from runners.detectors.traincheck import TrainCheck
 from runners.models import Campaign
 
 from .factories import GOOD_REPRODUCER, BugFactory, UserFactory
-from .helpers import client_for
+from .helpers import ORACLE_AND_FIDELITY, client_for
 
 STYLESHEET_LINK = re.compile(r'<link\b[^>]*\brel="stylesheet"[^>]*\bhref="([^"]+)"')
 
@@ -103,7 +103,8 @@ def test_export_of_a_missing_campaign_is_a_command_error():
 # --- 3. each submitted Python file is parsed once ----------------------------------------------------
 
 MANIFEST = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 4,
-            "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 30, "memory_mb": 1024}}
+            "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 30, "memory_mb": 1024},
+            **ORACLE_AND_FIDELITY}
 FILES = {"repro.py": GOOD_REPRODUCER, "helper.py": "SCALE = 2\n", "reproducer.yaml": yaml.safe_dump(MANIFEST)}
 BUG = {"bug_id": "GH-5151", "title": "Parsed twice", "framework": "pytorch", "fault_location": "user",
        "root_cause": "r", "symptom": "s", "reproduction": "injected"}

@@ -16,13 +16,14 @@ from devtools.browser import VIEWPORT
 from runners.models import Run
 
 from ..factories import GOOD_REPRODUCER, BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory
-from ..helpers import latex_rows, matrix_cells
+from ..helpers import ORACLE_AND_FIDELITY, latex_rows, matrix_cells
 from .helpers import login, signup
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 MANIFEST = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 5,
-            "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 60, "memory_mb": 2048}}
+            "needs": {"cuda": False, "world_size": 1, "time_limit_seconds": 60, "memory_mb": 2048},
+            **ORACLE_AND_FIDELITY}
 
 
 def reload_until(page, text, timeout=240):

@@ -1,0 +1,117 @@
+"""Reproducer fidelity: every bug's reproducer declares the symptom its oracle judges and how its setup differs
+from the upstream report's, the loader and the submission checks refuse one that does not, and the bug page shows
+both."""
+import re
+import shutil
+
+import pytest
+import yaml
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from bugs.catalog import do_load_catalog, parse_reproducer_folder
+from bugs.models import OracleSymptom, Reproducer
+from bugs.submissions import MANIFEST_NAME, reproducer_problems
+
+from .factories import BugFactory, ReproducerFactory, ReproducerVersionFactory
+from .helpers import FILES, SUBMISSION_MANIFEST
+
+CATALOG = settings.SILENTBENCH_CATALOG_DIR
+BUG_REPRODUCERS = sorted(path.parent for path in CATALOG.glob("*/*/reproducer.yaml")
+                         if path.parent.parent.name != "pipelines")
+PIPELINES = sorted(path.parent for path in (CATALOG / "pipelines").glob("*/reproducer.yaml"))
+# What each missing or wrong field is refused with: the field and what to write in it.
+REFUSALS = [
+    ({"oracle": None}, "'oracle' must declare the symptom your oracle record judges"),
+    ({"oracle": {"check": "The loss is above 1."}}, "oracle.symptom must be one of loss, accuracy"),
+    ({"oracle": {"symptom": "stale_gradient", "check": "x"}}, "not its cause"),
+    ({"oracle": {"symptom": "loss", "check": "  "}}, "oracle.check must say in a sentence what the oracle compares"),
+    ({"fidelity_note": None}, "'fidelity_note' must say in a sentence or two what differs from the upstream report"),
+    ({"fidelity_note": ""}, "(model, optimizer, loss, data, steps, hardware)"),
+]
+
+
+def without(manifest, changes):
+    """``manifest`` with ``changes`` applied; a None value removes the field."""
+    changed = {**manifest, **changes}
+    return {name: value for name, value in changed.items() if value is not None}
+
+
+def test_the_catalog_has_the_reproducers_the_audit_covers():
+    assert len(BUG_REPRODUCERS) == 25 and len(PIPELINES) == 6
+
+
+@pytest.mark.parametrize("folder", BUG_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
+def test_every_catalog_reproducer_declares_a_symptom_oracle_and_a_fidelity_note(folder):
+    manifest = yaml.safe_load((folder / MANIFEST_NAME).read_text())
+    assert manifest["oracle"]["symptom"] in OracleSymptom.values
+    assert len(manifest["oracle"]["check"].split()) >= 8  # a sentence, with the threshold
+    assert len(manifest["fidelity_note"].split()) >= 15  # what differs, and why
+    assert "Upstream" in manifest["fidelity_note"]  # names the setup it departs from
+
+
+def test_every_catalog_oracle_summary_is_listed_in_the_fidelity_audit():
+    audit = (settings.BASE_DIR / "docs" / "fidelity.md").read_text()
+    for folder in BUG_REPRODUCERS:
+        symptom = yaml.safe_load((folder / MANIFEST_NAME).read_text())["oracle"]["symptom"]
+        assert f"| {folder.parent.name} ({folder.name}) | `{symptom}`" in audit, folder
+
+
+@pytest.mark.parametrize("changes, message", REFUSALS)
+def test_a_submission_without_them_is_refused_with_what_to_write(changes, message):
+    manifest = without(SUBMISSION_MANIFEST, changes)
+    _, problems = reproducer_problems({**FILES, MANIFEST_NAME: yaml.safe_dump(manifest)})
+    assert any(message in problem for problem in problems), problems
+    assert all(problem.startswith(f"{MANIFEST_NAME}: ") for problem in problems)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("changes, message", REFUSALS)
+def test_the_loader_refuses_a_catalog_reproducer_without_them(tmp_path, changes, message):
+    shutil.copytree(CATALOG / "SO-60335387", tmp_path / "SO-60335387")
+    manifest_path = tmp_path / "SO-60335387" / "cpu" / MANIFEST_NAME
+    manifest_path.write_text(yaml.safe_dump(without(yaml.safe_load(manifest_path.read_text()), changes)))
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        do_load_catalog(tmp_path)
+    assert not Reproducer.objects.exists()
+
+
+def test_a_clean_reference_pipeline_needs_neither():
+    manifest, _ = parse_reproducer_folder(PIPELINES[0], reproduces_bug=False)
+    assert "oracle" not in manifest and "fidelity_note" not in manifest
+    with pytest.raises(ValidationError, match="fidelity_note"):
+        parse_reproducer_folder(PIPELINES[0])
+
+
+@pytest.mark.django_db
+def test_the_loader_stores_them_and_the_api_returns_them(client, tmp_path):
+    shutil.copytree(CATALOG / "SO-60335387", tmp_path / "SO-60335387")
+    shutil.copytree(CATALOG / "pipelines" / "mlp-adam", tmp_path / "pipelines" / "mlp-adam")
+    do_load_catalog(tmp_path)
+    declared = yaml.safe_load((CATALOG / "SO-60335387" / "cpu" / MANIFEST_NAME).read_text())
+    reproducer = Reproducer.objects.get(bug__bug_id="SO-60335387")
+    assert (reproducer.oracle_symptom, reproducer.oracle_check, reproducer.fidelity_note) == (
+        OracleSymptom.LOSS, declared["oracle"]["check"], declared["fidelity_note"])
+    assert Reproducer.objects.get(bug=None).fidelity_note == ""
+    [shown] = client.get("/api/bugs/SO-60335387/").json()["reproducers"]
+    assert (shown["oracle_symptom"], shown["fidelity_note"]) == ("loss", declared["fidelity_note"])
+
+
+@pytest.mark.django_db
+def test_the_bug_page_shows_the_oracle_and_the_fidelity_note(client):
+    bug = BugFactory(bug_id="TEST-FIDELITY")
+    ReproducerVersionFactory(reproducer=ReproducerFactory(
+        bug=bug, oracle_symptom=OracleSymptom.RANK_DIVERGENCE, oracle_check="Replicas differ by more than 1e-6.",
+        fidelity_note="Upstream on 64 GPUs in bf16; here 2 gloo ranks in fp32."))
+    page = client.get("/bugs/TEST-FIDELITY/").content.decode()
+    assert "Replicas differ between ranks." in page and "Replicas differ by more than 1e-6." in page
+    assert "Upstream on 64 GPUs in bf16; here 2 gloo ranks in fp32." in page
+
+
+def test_the_docs_list_exactly_the_symptoms_of_the_code():
+    protocol = (settings.BASE_DIR / "docs" / "reproducer-protocol.md").read_text()
+    table = protocol.split("| value | the oracle checks |", 1)[1].split("\n\n", 1)[0]
+    assert re.findall(r"^\s*\| `(\w+)` \|", table, flags=re.MULTILINE) == list(OracleSymptom.values)
+    catalog_doc = (settings.BASE_DIR / "docs" / "catalog.md").read_text()
+    listed = catalog_doc.split("(`oracle.symptom`: ", 1)[1].split(")", 1)[0]
+    assert re.findall(r"`(\w+)`", listed) == list(OracleSymptom.values)
