@@ -28,6 +28,14 @@ def test_screenshots_of_the_catalog_and_a_bug(tmp_path):
     assert width == 1400 and 900 <= height <= 3000
 
 
+def test_each_width_has_its_own_file(tmp_path):
+    call_command("screenshots", out=str(tmp_path), only="catalog,methodology", widths=[1400, 390])
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "catalog-1400.png", "catalog-390.png", "methodology-1400.png", "methodology-390.png"]
+    assert png_size(tmp_path / "catalog-390.png")[0] == 390
+    assert png_size(tmp_path / "methodology-1400.png")[0] == 1400
+
+
 def test_signed_in_pages_leave_no_session_behind(tmp_path):
     maintainer = MaintainerFactory()
     ReproducerVersionFactory(review_state=ReviewState.PENDING)

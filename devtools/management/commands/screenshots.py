@@ -1,3 +1,4 @@
+import argparse
 import os
 import socket
 import subprocess
@@ -13,34 +14,23 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
-from django.urls import reverse
 
-from bugs.models import ReproducerVersion, ReviewState
 from devtools.browser import VIEWPORT, launch
-from evaluation.models import Evaluation
+from devtools.pages import example_campaign, example_review, example_run
 from runners.local_worker import database_url, log_tail, stop_process
-from runners.models import Campaign, Run, RunStatus
 
 MAX_HEIGHT = 3000  # px; a full-page shot is cut here
 
 
-def example_run():
-    """A finished buggy run whose detector alarmed, preferably of PT-115607: the loss chart with alarms."""
-    runs = Run.objects.filter(status=RunStatus.SUCCEEDED, variant="buggy", alarms__isnull=False).order_by("pk")
-    run = runs.filter(reproducer_version__reproducer__bug__bug_id="PT-115607").first() or runs.first()
-    return run.get_absolute_url() if run else None
-
-
-def example_campaign():
-    evaluation = Evaluation.objects.first()
-    campaign = evaluation.campaign if evaluation else Campaign.objects.order_by("-created_at").first()
-    return campaign.get_absolute_url() if campaign else None
-
-
-def example_review():
-    """The review page of the oldest version waiting for a maintainer."""
-    version = ReproducerVersion.objects.filter(review_state=ReviewState.PENDING).order_by("created_at").first()
-    return reverse("bugs:review", args=[version.pk]) if version else None
+def widths(text):
+    """``1400,390`` as [1400, 390]: an argparse type."""
+    try:
+        listed = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of widths: {text!r}") from None
+    if not listed or min(listed) < 200:
+        raise argparse.ArgumentTypeError(f"widths are at least 200 px: {text!r}")
+    return listed
 
 
 # (file name, path or a function returning one or None when the database has nothing to show, signed in).
@@ -50,6 +40,8 @@ PAGES = [
     ("bug", "/bugs/PT-115607/", False),
     ("run", example_run, False),
     ("results", "/results/", False),
+    ("leaderboard", "/leaderboard/", False),
+    ("methodology", "/methodology/", False),
     ("campaign", example_campaign, False),
     ("submit", "/submit/", True),
     ("review-queue", "/review/", True),
@@ -68,28 +60,41 @@ class Command(BaseCommand):
         parser.add_argument("--only", help="comma-separated page names (default: all of PAGES)")
         parser.add_argument("--user", help="take the signed-in pages as this existing user (e.g. a maintainer); "
                                            "a session is created for the pass and deleted after it")
+        parser.add_argument("--widths", type=widths,
+                            help="comma-separated viewport widths in px, each page saved as NAME-WIDTH.png "
+                                 f"(default: {VIEWPORT['width']}, saved as NAME.png)")
+        parser.add_argument("--base-url", help="take this running server instead of starting one (it must serve "
+                                               "the configured database), e.g. an older checkout's")
 
-    def handle(self, *args, out, only, user, **options):
+    def handle(self, *args, out, only, user, widths, base_url, **options):
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         wanted = set(only.split(",")) if only else None
         pages = [(name, target() if callable(target) else target, signed_in) for name, target, signed_in in PAGES
                  if wanted is None or name in wanted]
+        shots = [(width, f"-{width}") for width in widths] if widths else [(VIEWPORT["width"], "")]
         session = self.session_of(user) if user else None
         try:
-            self.shoot(pages, out, session)
+            with tempfile.NamedTemporaryFile(suffix=".log") as log:
+                if base_url:
+                    self.shoot(pages, shots, out, session, base_url.rstrip("/"), log.name)
+                else:
+                    with dashboard(log.name) as served:
+                        self.shoot(pages, shots, out, session, served, log.name)
         finally:
             if session is not None:
                 session.delete()
 
-    def shoot(self, pages, out, session):
+    def shoot(self, pages, shots, out, session, base_url, log_path):
+        """Each page at each (width, file name suffix) of ``shots``."""
         from playwright.sync_api import sync_playwright  # a test dependency, like the browser it drives
 
-        with tempfile.NamedTemporaryFile(suffix=".log") as log, dashboard(log.name) as base_url:
-            with sync_playwright() as playwright:
-                browser = launch(playwright)
-                anonymous = browser.new_context(viewport=VIEWPORT)
-                member = browser.new_context(viewport=VIEWPORT)
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            for width, suffix in shots:
+                viewport = {**VIEWPORT, "width": width}
+                anonymous = browser.new_context(viewport=viewport)
+                member = browser.new_context(viewport=viewport)
                 if session is not None:
                     member.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session.session_key,
                                          "url": base_url}])
@@ -101,19 +106,28 @@ class Command(BaseCommand):
                         self.stdout.write(self.style.WARNING(f"{name}: needs --user; skipped"))
                         continue
                     page = (member if signed_in else anonymous).new_page()
-                    response = page.goto(base_url + path, wait_until="networkidle")
-                    if response is None or not response.ok:
-                        raise CommandError(f"{path} answered {response and response.status}:\n{log_tail(log.name)}")
-                    if page.url != base_url + path:  # e.g. to the sign-in page
-                        raise CommandError(f"{path} redirected to {page.url}")
-                    self.wait_for_charts(page)
+                    self.open(page, base_url, path, log_path)
+                    wider = page.evaluate("document.documentElement.scrollWidth")
+                    if wider > width:  # the shot is cut at the viewport's width: say what it hides
+                        self.stdout.write(self.style.WARNING(f"{name}: {wider} px wide in a {width} px viewport"))
                     height = min(page.evaluate("document.documentElement.scrollHeight"), MAX_HEIGHT)
-                    target = out / f"{name}.png"
+                    target = out / f"{name}{suffix}.png"
                     page.screenshot(path=target, full_page=True,
-                                    clip={"x": 0, "y": 0, "width": VIEWPORT["width"], "height": height})
+                                    clip={"x": 0, "y": 0, "width": width, "height": height})
                     self.stdout.write(f"{target} ({path}, {target.stat().st_size // 1024} KiB)")
                     page.close()
-                browser.close()
+                anonymous.close()
+                member.close()
+            browser.close()
+
+    def open(self, page, base_url, path, log_path):
+        """Load ``path`` and wait for its charts; fails on an error status or a redirect (e.g. to sign in)."""
+        response = page.goto(base_url + path, wait_until="networkidle")
+        if response is None or not response.ok:
+            raise CommandError(f"{path} answered {response and response.status}:\n{log_tail(log_path)}")
+        if page.url != base_url + path:
+            raise CommandError(f"{path} redirected to {page.url}")
+        self.wait_for_charts(page)
 
     def session_of(self, username):
         """A signed-in session for ``username`` without a login (which would write last_login)."""
