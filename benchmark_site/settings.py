@@ -308,9 +308,20 @@ CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
     "img-src": [SELF, "data:"], "object-src": [NONE], "base-uri": [NONE], "form-action": [SELF],
     "frame-ancestors": [NONE],
 }}
-if os.environ.get("DJANGO_CACHE_URL"):  # e.g. redis://...: API throttling counts across gunicorn workers
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": os.environ["DJANGO_CACHE_URL"]}}
+# --- Django's cache, shared by every process of the site: what a stored evaluation or a completed campaign makes
+# immutable (core/caching.py: tables, plots, pages' parts, exports) and the API throttles' counts. DJANGO_CACHE_URL
+# names a Redis (compose sets it), which the web nodes share. Without it, files under VAR_DIR/cache: the gunicorn
+# workers of one host share them with no server to run, and unlike the database cache they need no table
+# (`createcachetable`) and never wait for SQLite's single writer, which the worker holds as it stores results.
+CACHE_URL = os.environ.get("DJANGO_CACHE_URL", "").strip()
+if CACHE_URL:
+    if not re.fullmatch(r"(rediss?|unix)://\S+", CACHE_URL):
+        raise ImproperlyConfigured(f"DJANGO_CACHE_URL={CACHE_URL!r} is not a Redis URL: use redis://[:password@]host"
+                                   ":port/db, rediss://... or unix:///path/to/redis.sock.")
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "core.caching.FileCache",
+                          "LOCATION": VAR_DIR / "cache", "OPTIONS": {"MAX_ENTRIES": 2000}}}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

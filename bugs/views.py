@@ -2,12 +2,15 @@ from functools import cache, lru_cache
 
 from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
 from django_filters.views import FilterView
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
+
+from core.caching import cached, digest
 
 from .exports import catalog_bugs
 from .filters import BugFilter
@@ -22,6 +25,15 @@ class BugListView(FilterView):
 
     def get_queryset(self):
         return catalog_bugs(self.request.user)
+
+    def get_context_data(self, **kwargs):
+        """The filter's fields are rendered once per query string (their choices are fixed: bugs.filters), as
+        Django renders each widget and option through a template."""
+        context = super().get_context_data(**kwargs)
+        key = f"catalog-filter:{digest(self.request.GET.urlencode())}"
+        context["filter_fields"] = cached(key, lambda: render_to_string("bugs/bug_filter_fields.html",
+                                                                        {"filter": context["filter"]}))
+        return context
 
 
 def highlighted(filename, text):

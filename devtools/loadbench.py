@@ -6,6 +6,7 @@ Prints figures; never asserts. See docs/performance.md, "Load (issue 6)".
 import http.client
 import math
 import os
+import runpy
 import socket
 import statistics
 import subprocess
@@ -45,7 +46,8 @@ def endpoints():
         Bug.objects.values_list("bug_id", flat=True).first())
     if bug_id:
         listed.append((f"bug page ({bug_id}{', %d runs' % busiest['n'] if busiest else ''})", f"/bugs/{bug_id}/"))
-    listed += [("results (stored evaluation)", "/results/"), ("campaign list", "/campaigns/")]
+    listed += [("results (stored evaluation)", "/results/"), ("leaderboard", "/leaderboard/"),
+               ("campaign list", "/campaigns/")]
     largest = (Run.objects.filter(campaign__isnull=False).values("campaign").annotate(n=Count("id"))
                .order_by("-n").first())
     if largest:
@@ -78,34 +80,52 @@ class LoadResult:
                 "other": other or "-"}
 
 
-def fetch(base, path, timeout):
-    """One GET on a new connection (gunicorn's sync workers close it anyway); (status, bytes)."""
-    url = urlsplit(base)
-    connection = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout)
-    try:
-        connection.request("GET", url.path.rstrip("/") + path, headers={"Host": url.hostname})
-        response = connection.getresponse()
-        return response.status, len(response.read())
-    finally:
-        connection.close()
+class Client:
+    """One client's HTTP/1.1 connection, kept while the server keeps it open, as a browser keeps it: gunicorn's
+    sync workers close it after each response, its threaded workers keep it a few seconds (keep-alive)."""
+
+    def __init__(self, base, timeout):
+        self.url, self.timeout, self.connection = urlsplit(base), timeout, None
+
+    def get(self, path):
+        """One GET; (status, bytes)."""
+        if self.connection is None:
+            self.connection = http.client.HTTPConnection(self.url.hostname, self.url.port or 80, timeout=self.timeout)
+        try:
+            self.connection.request("GET", self.url.path.rstrip("/") + path, headers={"Host": self.url.hostname})
+            response = self.connection.getresponse()
+            size = len(response.read())
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if response.will_close:
+            self.close()
+        return response.status, size
+
+    def close(self):
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
 
 def hammer(base, path, concurrency, duration, max_requests, timeout=120):
-    """``concurrency`` threads GET ``path`` back to back until ``duration`` seconds have passed (a
-    request started before then completes) or ``max_requests`` were sent."""
+    """``concurrency`` clients (threads, each with its ``Client``) GET ``path`` back to back until ``duration``
+    seconds have passed (a request started before then completes) or ``max_requests`` were sent."""
     result, lock = LoadResult(), threading.Lock()
     sent = [0]
     deadline = time.perf_counter() + duration
 
     def client():
+        connection = Client(base, timeout)
         while True:
             with lock:
                 if sent[0] >= max_requests or time.perf_counter() >= deadline:
+                    connection.close()
                     return
                 sent[0] += 1
             started = time.perf_counter()
             try:
-                status, size = fetch(base, path, timeout)
+                status, size = connection.get(path)
             except (OSError, http.client.HTTPException):
                 with lock:
                     result.errors += 1
@@ -147,15 +167,28 @@ def wait_until_serving(base, process, timeout=60):
     raise RuntimeError(f"gunicorn did not answer on {base} within {timeout} s")
 
 
+GUNICORN_CONFIG = "docker/gunicorn.conf.py"  # the web image's, and compose's
+
+
+def gunicorn_settings(worker_class=None, workers=None, threads=None):
+    """(worker class, processes, threads per process): GUNICORN_CONFIG's, each replaced where given."""
+    config = runpy.run_path(str(settings.BASE_DIR / GUNICORN_CONFIG))
+    return worker_class or config["worker_class"], workers or config["workers"], threads or config["threads"]
+
+
 @contextmanager
-def gunicorn(database_url, workers, log_path, port=None):
-    """gunicorn on a free loopback port over ``database_url``; yields the base URL. The anonymous API
-    throttle is lifted: all clients come from one address, and the endpoint is measured, not the 429."""
+def gunicorn(database_url, workers, log_path, port=None, worker_class=None, threads=None):
+    """gunicorn on a free loopback port over ``database_url``, started as the web image starts it (with
+    GUNICORN_CONFIG), with ``workers`` processes and, where given, this worker class and threads per process
+    (``gunicorn_settings``); yields the base URL. The anonymous API throttle is lifted: all clients come from one
+    address, and the endpoint is measured, not the 429."""
+    worker_class, workers, threads = gunicorn_settings(worker_class, workers, threads)
     port = port or free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "SILENTBENCH_VAR_DIR": str(settings.VAR_DIR),
            "SILENTBENCH_ANON_RATE": "1000000/min"}
-    argv = [sys.executable, "-m", "gunicorn", "benchmark_site.wsgi:application", "--bind", f"127.0.0.1:{port}",
-            "--workers", str(workers), "--timeout", "300", "--access-logfile", "-"]
+    argv = [sys.executable, "-m", "gunicorn", "benchmark_site.wsgi:application", "--config", GUNICORN_CONFIG,
+            "--bind", f"127.0.0.1:{port}", "--worker-class", worker_class, "--workers", str(workers),
+            "--threads", str(threads), "--timeout", "300", "--access-logfile", "-"]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)

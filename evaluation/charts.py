@@ -1,5 +1,7 @@
 """The results plots, each a ``core.charts.Chart``: a plotly figure (drawn in the browser by the plotly.js that
 ``runners.views.plotly_js`` serves, passed with json_script) and the table of the numbers it shows."""
+import re
+
 import plotly.graph_objects as go
 
 from core.charts import LAYOUT, PALETTE, Chart, as_dict, label
@@ -10,12 +12,33 @@ from .tables import cell_text
 DETECTED_COLOURS = [[0, "#fdedec"], [0.5, "#abebc6"], [1, "#1e8449"]]
 NO_DATA_COLOUR = "#566573"
 NO_DATA = "no data (not run)"
+# Characters of a heatmap row label's line: a longer label wraps after a hyphen, so that on a phone the labels
+# leave room for the cells and the detectors' names above them.
+LABEL_LINE = 22
+ROW_HEIGHT = 24  # px per heatmap row, a line of label; a row whose label wraps takes two
+FEWEST_ROWS = 4  # of height kept for the cells: with less, a phone's upright names leave plotly no plot area
+COLOUR_BAR_HEIGHT = 60  # px under the cells: the colour bar, its ticks and the no-data legend beside it
+NAMES_HEIGHT = 170  # px above the cells: the detectors' names, upright on a phone
+
+
+def wrapped(text, width=LABEL_LINE):
+    """``text`` escaped, on lines of at most ``width`` characters joined by <br> (a plotly label's line break),
+    broken only after a hyphen or before a space: a part longer than a line stays whole."""
+    lines = [""]
+    for part in re.split(r"(?<=-)|(?= )", text):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append(part.lstrip())
+        else:
+            lines[-1] += part
+    return "<br>".join(label(line) for line in lines)
 
 
 def detection_heatmap(detection):
     """Bug x detector, coloured by the fraction of buggy runs detected; cells read ``detected/buggy``.
 
-    Cells with no runs are drawn by a second, one-colour trace named in the legend."""
+    Cells with no runs are drawn by a second, one-colour trace named in the legend. The layout reads at a
+    phone's width as at a desktop's: long row labels wrap, the detectors' names turn upright when they would
+    overlap, and the colour bar lies under the cells rather than beside them."""
     records = detection.to_dict("records")
     detectors = sorted({r["detector"] for r in records})
     bugs = sorted({(r["bug"], r["reproducer"]) for r in records})
@@ -39,7 +62,10 @@ def detection_heatmap(detection):
     figure = go.Figure(go.Heatmap(
         z=z, x=detectors, y=rows_shown, text=text, customdata=hover, hoverongaps=False,
         texttemplate="%{text}", zmin=0, zmax=1, xgap=2, ygap=2, colorscale=DETECTED_COLOURS,
-        colorbar={"title": {"text": "detected"}, "tickformat": ".0%"},
+        # (a colour bar's title would overlap it when the bar lies under the cells: its ticks name it)
+        colorbar={"tickvals": [0, 0.5, 1], "ticktext": ["0%", "50% detected", "100%"], "orientation": "h",
+                  "thickness": 12, "len": 1, "x": 0, "xanchor": "left", "y": 0, "yref": "container",
+                  "yanchor": "bottom"},
         hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
     ))
     if any(any(row) for row in missing):
@@ -50,9 +76,15 @@ def detection_heatmap(detection):
             textfont={"color": "#ffffff"},
             hovertemplate=f"%{{y}} · %{{x}}<br>{NO_DATA}<extra></extra>",
         ))
-    figure.update_layout(**LAYOUT, height=max(280, 160 + 24 * len(bugs)), xaxis={"side": "top", "tickangle": -30},
-                         yaxis={"autorange": "reversed", "automargin": True},
-                         legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top"})
+    labels = [wrapped(row) for row in rows_shown]
+    rows_height = sum(ROW_HEIGHT * (1 + row.count("<br>")) for row in labels)
+    figure.update_layout(
+        **{**LAYOUT, "margin": {**LAYOUT["margin"], "b": COLOUR_BAR_HEIGHT}},
+        height=NAMES_HEIGHT + COLOUR_BAR_HEIGHT + max(rows_height, FEWEST_ROWS * ROW_HEIGHT),
+        xaxis={"side": "top", "automargin": True, "tickvals": detectors, "autotickangles": [-30, -90]},
+        yaxis={"autorange": "reversed", "automargin": True, "tickvals": rows_shown, "ticktext": labels},
+        # the no-data swatch under the row labels, left of the colour bar
+        legend={"orientation": "h", "x": 0, "xanchor": "right", "y": 0, "yref": "container", "yanchor": "bottom"})
     rows = [[r["bug"], r["reproducer"], r["detector"], r["detected_runs"], r["buggy_runs"], r["detection_rate"],
              r["outcome"]] for r in sorted(records, key=lambda r: (r["bug"], r["reproducer"], r["detector"]))]
     return Chart("detection-heatmap", as_dict(figure),

@@ -6,6 +6,7 @@ The matrix outcome is a verdict on a bug's buggy runs under a detector, so it se
 matrix and, with them, the latency (which only detected buggy runs have). The false positives (clean runs,
 clean pipelines included) and the overhead (one clean workload) have no such outcome and are not narrowed."""
 from dataclasses import dataclass
+from functools import cache
 
 from django import forms
 
@@ -31,13 +32,14 @@ class ResultFilterForm(forms.Form):
                                           "latency follows it, false positives and overhead do not")
 
     def __init__(self, *args, user=None, **kwargs):
-        """The bugs offered are those with a reproducer that ``user`` may see (None: the public)."""
+        """The bugs offered are those with a reproducer that ``user`` may see (None: the public). The choices are
+        read when first needed, once (a query without these fields validates without them)."""
         super().__init__(*args, **kwargs)
-        self.fields["detector"].choices = [
-            (name, name) for name in Detector.objects.order_by("name").values_list("name", flat=True).distinct()]
-        bug_ids = (visible_bugs(user).filter(reproducers__in=visible_reproducers(user)).order_by("bug_id")
-                   .values_list("bug_id", flat=True))
-        self.fields["bug"].choices = [(bug_id, bug_id) for bug_id in bug_ids.distinct()]
+        self.fields["detector"].choices = cache(lambda: [
+            (name, name) for name in Detector.objects.order_by("name").values_list("name", flat=True).distinct()])
+        self.fields["bug"].choices = cache(lambda: [(bug_id, bug_id) for bug_id in (
+            visible_bugs(user).filter(reproducers__in=visible_reproducers(user)).order_by("bug_id")
+            .values_list("bug_id", flat=True).distinct())])
 
     def criteria(self):
         """The criteria of the fields that are valid (an invalid field narrows nothing; see ``errors``)."""

@@ -61,13 +61,19 @@ def build_leaderboard(query, user, stored_only=False):
     results = Results(selection_query(query), user)
     if stored_only and results.evaluation is None:
         return None
+    ranked, baseline = results.cached("leaderboard", lambda: _ranked(results))
+    return Leaderboard(results, ranked, baseline)
+
+
+def _ranked(results):
+    """(the ranked standings, the baseline's or None) of ``results``' tables, with their links."""
     by_detector = standings(*(results.table(name).to_dict("records")
                               for name in ("detection", "false-positives", "latency", "overhead")))
     for name, standing in by_detector.items():
         standing.links = _links(results, name)
     baseline = by_detector.pop(BASELINE)
     ranked = ranking(by_detector.values())
-    return Leaderboard(results, ranked, baseline if _has_data(baseline) or ranked else None)
+    return ranked, baseline if _has_data(baseline) or ranked else None
 
 
 def ranking(standings_):

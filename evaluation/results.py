@@ -1,16 +1,17 @@
 """The results a query string selects, for the results page, its plots and downloads, the API and
 ``manage.py export``: which runs (a stored evaluation, a campaign, or every run) narrowed by the
 results filter. Everything that shows a number goes through ``Results``, so they all agree."""
-import hashlib
 from functools import cached_property
 
 import pandas as pd
-from django.core.cache import cache
-from django.db.models import Count, Q
+from django.db.models import Count, Q, TextField
+from django.db.models.functions import MD5, Cast
 
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
 from bugs.selectors import visible_bugs
+from core.caching import cached, digest
+from runners.completed import completed_key
 from runners.models import Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
 
@@ -37,9 +38,8 @@ TABLES = {
     "latency": ("latency", latency_table, LATENCY_COLUMNS),
     "overhead": ("overhead", None, OVERHEAD_COLUMNS),
 }
-
-
-RESULTS_CACHE_SECONDS = 24 * 3600
+# A digest of an evaluation's stored tables, computed by the database (Evaluation.tables is read only when used).
+TABLES_DIGEST = MD5(Cast("tables", TextField()))
 
 
 class NotFound(LookupError):
@@ -70,13 +70,23 @@ def results_viewer(user):
 
 
 def latest_evaluation(viewer):
-    """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None."""
-    return evaluations_for(viewer).first()
+    """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None, with the
+    digest of its tables (``cached_for``)."""
+    return evaluations_for(viewer).annotate(tables_digest=TABLES_DIGEST).first()
 
 
-def evaluations_for(viewer):
-    """The stored evaluations whose campaign ``viewer`` may see, newest first, with their campaign."""
-    return Evaluation.objects.filter(campaign__in=visible_campaigns(viewer)).select_related("campaign")
+def cached_for(evaluation, part, compute):
+    """``compute()`` over ``evaluation``'s stored tables, cached under their digest: retabulating the evaluation
+    (``evaluation.actions``) changes it."""
+    return cached(f"evaluation:{evaluation.pk}:{evaluation.tables_digest}:{part}", compute)
+
+
+def evaluations_for(viewer, campaigns=None):
+    """The stored evaluations whose campaign ``viewer`` may see (``campaigns``: ``visible_campaigns(viewer)`` if
+    already made), newest first, with their campaign; their tables are read when first used (a list of evaluations
+    shows none)."""
+    campaigns = visible_campaigns(viewer) if campaigns is None else campaigns
+    return Evaluation.objects.filter(campaign__in=campaigns).select_related("campaign").defer("tables")
 
 
 def without_nan(frame):
@@ -102,24 +112,27 @@ class Results:
         self.viewer = results_viewer(user)
         self.form = ResultFilterForm(query, user=self.viewer)
         self.criteria = self.form.criteria()
+        self.campaigns = visible_campaigns(self.viewer)
+        self.evaluations = evaluations_for(self.viewer, self.campaigns)
         self.evaluation = None
         self.ignored_evaluation = None
         self.campaign = None
         if campaign_id is not None:
-            self.campaign = visible_campaigns(self.viewer).filter(pk=campaign_id).first()
+            self.campaign = self.campaigns.filter(pk=campaign_id).first()
             if self.campaign is None:
                 raise NotFound(f"No campaign #{campaign_id}.")
             self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
-            evaluations = evaluations_for(self.viewer)
+            evaluations = self.evaluations.annotate(tables_digest=TABLES_DIGEST)
             self.evaluation = (evaluations.filter(pk=evaluation_id) if evaluation_id is not None
                                else evaluations).first()
             if evaluation_id is not None and self.evaluation is None:
                 raise NotFound(f"No evaluation #{evaluation_id}.")
-            runs = self.evaluation.campaign.runs.all() if self.evaluation else Run.objects.all()
+            runs = self.evaluation.campaign.runs.all() if self.evaluation else visible_runs(self.viewer)
         self.campaign_id = campaign_id
-        self.runs = self.criteria.runs(visible_runs(self.viewer, runs))
+        # the runs of a campaign the viewer may see are all visible to them (runners.selectors.visible_campaigns)
+        self.runs = self.criteria.runs(runs)
 
     @property
     def errors(self):
@@ -135,7 +148,7 @@ class Results:
     def table(self, name):
         """One of TABLES as a DataFrame, filtered, with None for missing values."""
         if name not in self._tables:
-            self._tables[name] = self._cached(f"table:{name}", lambda: self._compute_table(name))
+            self._tables[name] = self.cached(f"table:{name}", lambda: self._compute_table(name))
         return self._tables[name]
 
     def _compute_table(self, name):
@@ -165,10 +178,13 @@ class Results:
         """Per detected buggy run (of the selected runs): the latency plot's points."""
         if not self.criteria.keeps_detections:
             return pd.DataFrame.from_records([], columns=RUN_LATENCY_COLUMNS)
-        return self._cached("latencies", lambda: without_nan(run_latencies(self.judged)))
+        return self.cached("latencies", lambda: without_nan(run_latencies(self.judged)))
 
     def runs_summary(self):
         """What the selected runs are: how many (and how many succeeded), their seeds and environments."""
+        return self.cached("summary", self._runs_summary)
+
+    def _runs_summary(self):
         runs = self.runs
         environments = list(runs.exclude(environment=None).order_by()
                             .values_list("environment__torch", "environment__host").distinct())
@@ -182,29 +198,29 @@ class Results:
         }
 
     @cached_property
-    def _cache_key(self):
-        """Where the tables of a *completed* campaign are cached, or None. They cannot change until the
-        campaign is reopened (a retry clears ``completed_at``), so the key names its completion time and
-        the filter; judging a campaign of 25,000 runs takes seconds, a cached table milliseconds."""
-        if self.campaign_id is None or not self.form.is_valid():
+    def cache_key(self):
+        """The key of what this selection shows, or None while it can still change. A stored evaluation's tables are
+        named by their digest (retabulating one changes it) and the completion of its campaign (the latency points
+        and the summary come from its runs); a campaign's by its completion (``runners.completed``); then whose view
+        (a maintainer's, or the public's: a campaign with a run the public may not see is not found at all, so the
+        public's tables never depend on more) and the filter. Every run or the tables of an open campaign: None."""
+        if not self.form.is_valid():
             return None
-        completed = self.campaign.completed_at  # read with the campaign, in __init__
-        if completed is None:
+        if self.campaign is not None:
+            selection = completed_key(self.campaign, "results")
+        elif self.evaluation is not None:
+            of_runs = completed_key(self.evaluation.campaign, "evaluation")
+            selection = of_runs and f"{of_runs}:{self.evaluation.pk}:{self.evaluation.tables_digest}"
+        else:
+            selection = None
+        if selection is None:
             return None
-        filters = repr(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))
-        digest = hashlib.sha256(filters.encode()).hexdigest()[:16]
-        audience = "public" if self.viewer is None else "all"
-        return f"results:campaign:{self.campaign_id}:{completed.isoformat()}:{audience}:{digest}"
+        filters = digest(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))
+        return f"results:{selection}:{'public' if self.viewer is None else 'all'}:{filters}"
 
-    def _cached(self, part, compute):
-        if self._cache_key is None:
-            return compute()
-        key = f"{self._cache_key}:{part}"
-        value = cache.get(key)
-        if value is None:
-            value = compute()
-            cache.set(key, value, RESULTS_CACHE_SECONDS)
-        return value
+    def cached(self, part, compute):
+        """``compute()``, cached under ``cache_key`` while the selection cannot change (core.caching)."""
+        return cached(self.cache_key and f"{self.cache_key}:{part}", compute)
 
     @property
     def fits(self):

@@ -19,7 +19,7 @@ from runners.selectors import visible_campaigns, visible_runs
 from .leaderboard import BASELINE
 from .metrics import AlarmPoint, RunVerdict, detected_beyond_clean, judge_run
 from .models import Evaluation
-from .results import latest_evaluation, results_viewer, without_nan
+from .results import cached_for, latest_evaluation, results_viewer, without_nan
 from .tables import detection_table, judged_runs
 
 
@@ -140,8 +140,9 @@ def bug_detections(bug, user):
     reproducers = set(visible_reproducers(user).filter(bug=bug).values_list("name", flat=True))
     evaluation = latest_evaluation(results_viewer(user))
     if evaluation is not None:
-        rows = [row for row in evaluation.tables.get("detection", [])
-                if row.get("bug") == bug.bug_id and row.get("reproducer") in reproducers]
+        stored = cached_for(evaluation, f"detection:{bug.bug_id}", lambda: [
+            row for row in evaluation.tables.get("detection", []) if row.get("bug") == bug.bug_id])
+        rows = [row for row in stored if row.get("reproducer") in reproducers]
         if rows:
             return BugDetections(rows=rows, evaluation=evaluation)
     runs = visible_runs(user, Run.objects.filter(reproducer_version__reproducer__bug=bug, status=RunStatus.SUCCEEDED))
@@ -153,6 +154,11 @@ def bug_detections(bug, user):
     rows = [row for row in without_nan(detection_table(judged=judged)).to_dict("records")
             if row["reproducer"] in reproducers]
     return BugDetections(rows=rows, campaign=campaign, runs=len(judged))
+
+
+def stored_bug_ids(evaluation):
+    """The bugs of ``evaluation``'s stored detection table."""
+    return sorted({row["bug"] for row in evaluation.tables.get("detection", []) if row.get("bug")})
 
 
 def caught_by_in(evaluation, bug_ids):

@@ -1,15 +1,16 @@
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import render
+from django.template.loader import render_to_string
 
+from core.caching import cached, digest
 from core.exports import EXPORT_FORMATS, download, table_download
-from runners.selectors import visible_campaigns
 
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
 from .compare import compare_query, comparison_frame
 from .exports import EXPORT_TABLES, InvalidFilter, results_export
 from .leaderboard import build_leaderboard
 from .methodology import CITATION, detectors, sections
-from .results import TABLES, NotFound, Results, evaluations_for, latest_evaluation, results_viewer
+from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer
 from .tables import matrix
 
 
@@ -22,30 +23,56 @@ def selected_results(request):
 
 def results(request):
     """The result tables and plots of one selection, with what it holds (runs, seeds, environments) and which
-    filter applies to which section."""
+    filter applies to which section. The tables and plots are rendered once while the selection cannot change
+    (``Results.cache_key``), for the query string their links carry."""
     results = selected_results(request)
+    query = request.GET.urlencode()
+    tables_html = results.cached(f"page:{digest(query)}", lambda: render_to_string(
+        "evaluation/results_tables.html", tables_context(results, query)))
+    return render(request, "evaluation/results.html", {
+        "evaluation": results.evaluation, "results": results, "summary": results.runs_summary(),
+        "filter_form": results.form, "filter_fields": filter_fields(results.form, query), "tables_html": tables_html,
+        "campaigns": results.campaigns.order_by("-created_at")[:50], "evaluations": results.evaluations[:20],
+    })
+
+
+def filter_fields(form, query):
+    """The filter's fields as HTML, rendered once for the same query string and choices (Django renders each
+    widget and option through a template: tens of milliseconds for the detectors' and bugs' lists)."""
+    choices = [list(form.fields[name].choices) for name in ("detector", "bug")]
+    return cached(f"results-filter:{digest((query, choices))}", lambda: render_to_string(
+        "evaluation/results_filter_fields.html", {"filter_form": form}))
+
+
+def tables_context(results, query):
+    """What the results page's tables, plots and downloads show (templates/evaluation/results_tables.html)."""
     detection, false_positives = results.table("detection"), results.table("false-positives")
     latency, overhead = results.table("latency"), results.table("overhead")
     detectors, rows = matrix(detection)
-    return render(request, "evaluation/results.html", {
+    return {
         "detectors": detectors, "rows": rows, "evaluation": results.evaluation, "results": results,
-        "summary": results.runs_summary(), "filter_form": results.form,
+        "summary": results.runs_summary(), "query": query,
         "false_positives": false_positives.to_dict("records"), "latency": latency.to_dict("records"),
         "overhead": overhead.to_dict("records"), "fits": results.fits,
         "heatmap": detection_heatmap(detection), "false_positive_chart": false_positive_chart(false_positives),
         "latency_chart": latency_chart(results.run_latencies()), "overhead_chart": overhead_chart(overhead),
-        "campaigns": visible_campaigns(results.viewer).order_by("-created_at")[:50],
-        "evaluations": evaluations_for(results.viewer)[:20],
-        "query": request.GET.urlencode(),
         "formats": list(EXPORT_FORMATS), "tables": list(TABLES),
-    })
+    }
 
 
 def export_table(request, table, fmt):
+    """A table as a download. While the selection cannot change (``Results.cache_key``) the file is made once for
+    the query string (a LaTeX table through pandas' Styler costs far more than reading it back)."""
     if table not in EXPORT_TABLES or fmt not in EXPORT_FORMATS:
         raise Http404("Unknown table or format.")
+    query = request.GET.urlencode()
+    return selected_results(request).cached(f"export:{table}:{fmt}:{digest(query)}",
+                                            lambda: export_response(table, fmt, request.GET, request.user))
+
+
+def export_response(table, fmt, query, user):
     try:
-        export = results_export(table, request.GET, request.user)
+        export = results_export(table, query, user)
     except NotFound as error:
         raise Http404(str(error)) from error
     except InvalidFilter as error:
@@ -79,7 +106,7 @@ def leaderboard(request):
         raise Http404(str(error)) from error
     return render(request, "evaluation/leaderboard.html", {
         "board": board, "summary": board.runs_summary(),
-        "evaluations": evaluations_for(board.results.viewer)[:20],
+        "evaluations": board.results.evaluations[:20],
     })
 
 

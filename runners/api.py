@@ -1,3 +1,4 @@
+import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -5,10 +6,14 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
+from core.caching import cached_many, digest
+
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
-from .models import Alarm, Campaign, CampaignState, Detector, Run, RunFailureKind, Variant, status_counts
+from .completed import cached_status_counts
+from .models import Alarm, Campaign, CampaignState, Detector, Run, RunFailureKind, Variant
 from .permissions import CanTriggerCampaigns
 from .plans import MAX_SEED, MAX_SEEDS, MAX_STEPS, CampaignPlan
 from .registry import detector_listing, with_plugin_facts
@@ -95,19 +100,69 @@ def with_alarm_count(runs):
     return runs.annotate(alarm_count=Coalesce(Subquery(alarms), 0))
 
 
+RUN_STATE = ("id", "status", "attempts", "queue", "started_at", "finished_at", "worker", "environment", "fit_artifact",
+             "failure_kind", "analysis_seconds")
+
+
+def serialized_runs(runs):
+    """``runs`` with what RunSerializer shows of them in the same query (not the logs, which it does not show)."""
+    return with_alarm_count(runs.select_related("reproducer_version__reproducer__bug", "detector").defer(
+        "stdout", "stderr", "reproducer_version__files", "reproducer_version__manifest").order_by("-id"))
+
+
+class NewestRunsFirst(CursorPagination):
+    """Pages of runs by descending ID, each found from the last one's ID through the primary key: no page costs
+    more as runs accumulate (a page number needed COUNT(*) over every matching run, and an offset, at each
+    request). ``next`` and ``previous`` link to the neighbouring pages."""
+
+    ordering = "-id"
+    page_size = 50
+
+
+class RunFilter(django_filters.FilterSet):
+    campaign = django_filters.ModelChoiceFilter(queryset=Campaign.objects.all(), method="of_campaign")
+
+    class Meta:
+        model = Run
+        fields = {
+            "status": ["exact"], "failure_kind": ["exact"], "variant": ["exact"], "seed": ["exact"],
+            "detector__name": ["exact"], "reproducer_version__reproducer__bug__bug_id": ["exact"],
+        }
+
+    def of_campaign(self, runs, name, campaign):
+        """The campaign's runs, bounded by its newest run's ID. PostgreSQL reads a page of them newest first from
+        the index on (campaign, id); but for a campaign that holds a large share of the history it walks the
+        primary key instead, from the newest run of all, expecting the campaign's runs to come soon (75,000
+        index entries for the oldest campaign of 25,000 runs among 100,000: 58 ms). From the bound it starts at
+        the campaign's own newest run either way (0.1 ms)."""
+        newest = Run.objects.filter(campaign=campaign).order_by("-id").values("id")[:1]
+        return runs.filter(campaign=campaign, id__lte=Subquery(newest))
+
+
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Runs, newest first, in pages linked by ``next`` and ``previous`` (a cursor, not a page number: their count
+    would grow with the history). Filter with the query parameters below."""
+
     serializer_class = RunSerializer
-    filterset_fields = {
-        "campaign": ["exact"], "status": ["exact"], "failure_kind": ["exact"], "variant": ["exact"], "seed": ["exact"],
-        "detector__name": ["exact"], "reproducer_version__reproducer__bug__bug_id": ["exact"],
-    }
+    pagination_class = NewestRunsFirst
+    filterset_class = RunFilter
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Run.objects.none()
-        return with_alarm_count(
-            visible_runs(self.request.user).select_related("reproducer_version__reproducer__bug", "detector")
-            .defer("reproducer_version__files", "reproducer_version__manifest").order_by("-id"))
+        return serialized_runs(visible_runs(self.request.user))
+
+    def list(self, request, *args, **kwargs):
+        """A page of runs, each serialized once for its state: the page is read with the fields that change as a
+        run is claimed, runs, is requeued, fails or finishes (its results and alarms are stored with
+        ``finished_at``, and a retry deletes them as it queues the run again: runners.actions), and only the runs
+        in a state not serialized yet are read whole. A run's representation is the same for every reader."""
+        page = self.paginate_queryset(self.filter_queryset(visible_runs(request.user)).only(*RUN_STATE))
+        state = [Run._meta.get_field(name).attname for name in RUN_STATE]
+        keys = {run.pk: f"api-run:{run.pk}:{digest([getattr(run, name) for name in state])}" for run in page}
+        serialized = cached_many(keys, lambda pks: {  # runs of the page: visible to the reader
+            run.pk: self.get_serializer(run).data for run in serialized_runs(Run.objects.filter(pk__in=pks))})
+        return self.get_paginated_response([serialized[run.pk] for run in page])
 
 
 class CampaignSerializer(serializers.ModelSerializer):
@@ -184,7 +239,7 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """Count the runs of a whole page of campaigns in one query (their progress)."""
         page = super().paginate_queryset(queryset)
         if page is not None:
-            counts = status_counts(page)
+            counts = cached_status_counts(page)
             for campaign in page:
                 campaign.counted = counts[campaign.pk]
         return page

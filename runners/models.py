@@ -207,7 +207,8 @@ class FitArtifact(models.Model):
 class Run(models.Model):
     """One execution of (reproducer version, variant, seed, detector + config)."""
 
-    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE, related_name="runs",
+                                 db_index=False)  # see Meta: indexes that start with it
     reproducer_version = models.ForeignKey(ReproducerVersion, on_delete=models.PROTECT, related_name="runs")
     detector = models.ForeignKey(Detector, on_delete=models.PROTECT, related_name="runs")
     variant = models.CharField(max_length=8, choices=Variant.choices)
@@ -256,6 +257,9 @@ class Run(models.Model):
             models.Index(fields=["reproducer_version", "detector", "variant"]),
             # Run lists newest first (a bug's runs read 50 index entries instead of sorting all of them).
             models.Index(fields=["-queued_at", "-id"], name="run_newest_first"),
+            # A campaign's runs by ID, either way: a page of the runs API filtered by campaign (newest first) and of
+            # the campaign page (oldest first) reads its own index entries, not those of every newer run.
+            models.Index(fields=["campaign", "id"], name="run_campaign_by_id"),
         ]
 
     def __str__(self):

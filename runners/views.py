@@ -15,8 +15,11 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
+from core.caching import cached
+
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
+from .completed import cached_status_counts, completed_key
 from .detectors import all_plugins
 from .failures import breakdown, failure_counts
 from .forms import CampaignForm, RetryForm
@@ -29,9 +32,9 @@ from .models import (
     RunFailureKind,
     RunStatus,
     runs_for_listing,
-    status_counts,
 )
 from .permissions import TRIGGER_PERMISSION
+from .run_rows import run_rows
 from .selectors import live_workers, visible_campaigns, visible_runs
 
 
@@ -59,10 +62,11 @@ def campaign_list(request):
 
 
 def count_runs(campaigns):
-    """Set ``run_count`` and ``finished_count`` on one page of campaigns with one grouped query (an
-    annotation on the paginated queryset counted the runs of every campaign before paginating)."""
+    """Set ``run_count`` and ``finished_count`` on one page of campaigns: the completed ones' from the cache, the
+    others with one grouped query (an annotation on the paginated queryset counted the runs of every campaign
+    before paginating)."""
     campaigns = list(campaigns)
-    counts = status_counts(campaigns)
+    counts = cached_status_counts(campaigns)
     for campaign in campaigns:
         by_status = counts[campaign.pk]
         campaign.run_count = sum(by_status.values())
@@ -72,23 +76,30 @@ def count_runs(campaigns):
 
 def campaign_context(request, campaign):
     """What the campaign page shows, and what its live part refreshes: progress, failures and their kinds,
-    one page of runs (``?status=`` and ``?kind=`` filter them)."""
+    one page of runs (``?status=`` and ``?kind=`` filter them). The counts of a completed campaign come from the
+    cache (``runners.completed``); the page of runs is read by the index, whatever the campaign's size."""
     status = request.GET.get("status", "")
     kind = request.GET.get("kind", "")
     runs = runs_for_listing(campaign.runs.order_by("id"))
     if status in RunStatus.values:
         runs = runs.filter(status=status)
+    else:
+        status = ""
     if kind in RunFailureKind.values:
         runs = runs.filter(failure_kind=kind)
     else:
         kind = ""
-    page = Paginator(runs, 100).get_page(request.GET.get("page"))
+    paginator = Paginator(runs, 100)
+    paginator.count = cached(completed_key(campaign, f"runs:{status}:{kind}"), runs.count)
+    page = paginator.get_page(request.GET.get("page"))
+    runs_html = run_rows(page.object_list, request.user, show_bug=True, status=status, kind=kind)
     failures = runs_for_listing(campaign.runs.filter(status=RunStatus.FAILED).order_by("id"))[:20]
-    progress = campaign.progress()
-    return {"campaign": campaign, "progress": progress, "page_obj": page, "runs": page.object_list,
+    progress = campaign.progress(cached_status_counts([campaign])[campaign.pk])
+    failure_kinds = cached(completed_key(campaign, "failure-kinds"), lambda: failure_counts(campaign.runs.all()))
+    return {"campaign": campaign, "progress": progress, "page_obj": page, "runs_html": runs_html,
             "failures": failures, "status": status, "statuses": RunStatus.choices,
             "kind": kind, "kind_label": RunFailureKind(kind).label if kind else "",
-            "failure_kinds": breakdown(failure_counts(campaign.runs.all())),
+            "failure_kinds": breakdown(failure_kinds),
             "live": campaign.state == CampaignState.RUNNING and progress["done"] < progress["total"]}
 
 
@@ -96,8 +107,9 @@ def campaign_detail(request, pk):
     campaign = get_object_or_404(visible_campaigns(request.user).select_related("created_by", "cancelled_by"), pk=pk)
     context = campaign_context(request, campaign)
     context["retry_form"] = RetryForm(present=context["failure_kinds"])
-    environments = list(Environment.objects.filter(pk__in=campaign.runs.values("environment"))
-                        .order_by("host", "torch")[:ENVIRONMENTS_SHOWN + 1])
+    environments = cached(completed_key(campaign, "environments"), lambda: list(
+        Environment.objects.filter(pk__in=campaign.runs.values("environment"))
+        .order_by("host", "torch")[:ENVIRONMENTS_SHOWN + 1]))
     context.update(environments=environments[:ENVIRONMENTS_SHOWN],
                    more_environments=len(environments) > ENVIRONMENTS_SHOWN)
     return render(request, "runners/campaign_detail.html", context)

@@ -89,6 +89,6 @@ def test_schema_and_docs_are_served():
 def test_runs_list_counts_alarms_in_one_query(django_assert_max_num_queries):
     for _ in range(5):
         AlarmFactory(run=RunFactory(), step=1, rule="r", message="m")
-    with django_assert_max_num_queries(3):  # count, page, nothing per run
+    with django_assert_max_num_queries(3):  # what is hidden, the page, its runs not serialized yet: none per run
         runs = client_for().get("/api/runs/").json()["results"]
     assert [run["alarm_count"] for run in runs] == [1] * 5

@@ -119,11 +119,11 @@ def test_missing_entrypoint_is_refused(catalog):
 def test_the_shipped_catalog_loads(settings, tmp_path):
     shutil.copytree(settings.SILENTBENCH_CATALOG_DIR, tmp_path / "catalog")
     summary = do_load_catalog(tmp_path / "catalog")
-    assert len(summary.bugs_created) >= 26
+    assert len(summary.bugs_created) >= 30
     assert {"SO-60335387", "PT-FORUM-84911", "DS-1801"} <= set(
         ReproducerVersion.objects.values_list("reproducer__bug__bug_id", flat=True))
     bug_reproducers = Reproducer.objects.filter(bug__isnull=False)
-    assert bug_reproducers.count() >= 24 and bug_reproducers.filter(needs_cuda=False).count() >= 20
+    assert bug_reproducers.count() >= 29 and bug_reproducers.filter(needs_cuda=False).count() >= 26
     pipelines = set(Reproducer.objects.filter(bug__isnull=True).values_list("name", flat=True))
     assert {"mlp-adam", "cnn-sgd-momentum", "lstm-lm", "transformer-adamw", "autocast-bf16", "ddp-gloo"} <= pipelines
     for reproducer in Reproducer.objects.all():  # the protocol's promises that a file can break

@@ -11,14 +11,18 @@ from plotly.offline import get_plotlyjs_version
 
 from evaluation.charts import (
     DETECTED_COLOURS,
+    LABEL_LINE,
     NO_DATA,
     NO_DATA_COLOUR,
+    ROW_HEIGHT,
+    detection_heatmap,
     false_positive_chart,
     latency_chart,
     overhead_chart,
+    wrapped,
 )
 from evaluation.results import without_nan
-from evaluation.tables import FALSE_POSITIVE_COLUMNS
+from evaluation.tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS
 from runners.charts import SHORTEST_TIME_AXIS, stability_chart
 
 from .factories import ReproducerVersionFactory, StabilityCheckFactory
@@ -42,7 +46,9 @@ def test_heatmap_draws_cells_without_runs_in_a_colour_of_their_own_named_in_the_
     assert {colour for _, colour in no_data["colorscale"]} == {NO_DATA_COLOUR}
     assert NO_DATA_COLOUR not in {colour for _, colour in DETECTED_COLOURS}
     assert rates["colorscale"][0] == [0, DETECTED_COLOURS[0][1]] != [0, NO_DATA_COLOUR]  # 0 % is not "no data"
-    assert rates["zmin"] == 0 and rates["zmax"] == 1 and rates["colorbar"]["tickformat"] == ".0%"
+    assert rates["zmin"] == 0 and rates["zmax"] == 1
+    assert dict(zip(rates["colorbar"]["tickvals"], rates["colorbar"]["ticktext"])) == {0: "0%", 0.5: "50% detected",
+                                                                                       1: "100%"}
 
 
 def test_a_heatmap_with_every_cell_run_has_no_no_data_trace(client):
@@ -50,6 +56,50 @@ def test_a_heatmap_with_every_cell_run_has_no_no_data_trace(client):
     page = client.get("/results/", {"detector": "param_not_updated"}).content.decode()
     [rates] = figure(page, "detection-heatmap-figure")["data"]
     assert None not in [cell for row in rates["z"] for cell in row]
+
+
+def detection(bugs, detectors):
+    """A detection table in which each bug (reproducer cpu) was detected by each detector in 1 of 1 runs."""
+    return pd.DataFrame.from_records(
+        [{column: 0 for column in DETECTION_COLUMNS} | {"bug": bug, "reproducer": "cpu", "detector": detector,
+                                                        "buggy_runs": 1, "detected_runs": 1, "detection_rate": 1.0,
+                                                        "outcome": "detected"}
+         for bug in bugs for detector in detectors], columns=DETECTION_COLUMNS)
+
+
+def test_long_row_labels_wrap_after_a_hyphen_and_nowhere_else():
+    assert wrapped("PT-115607 (cpu)") == "PT-115607 (cpu)"
+    assert wrapped("VERDICT-INCONSISTENT-SCALING (cpu)") == "VERDICT-INCONSISTENT-<br>SCALING (cpu)"
+    assert wrapped("VERDICT-CONST-MUTATED-ONE-RANK (cuda)") == "VERDICT-CONST-MUTATED-<br>ONE-RANK (cuda)"
+    assert wrapped("A-VERY-LONG-IDENTIFIER-WITHOUT-A-BREAK") == "A-VERY-LONG-<br>IDENTIFIER-WITHOUT-A-<br>BREAK"
+    assert wrapped("ONEPARTLONGERTHANANYLINEOFLABEL (cpu)") == "ONEPARTLONGERTHANANYLINEOFLABEL<br>(cpu)"
+    assert wrapped("<b>X</b>-Y") == "&lt;b&gt;X&lt;/b&gt;-Y"  # text, not plotly's markup
+
+
+def test_heatmap_leaves_a_phone_room_for_its_cells_and_labels():
+    """At 390 px the row labels took the width, only some detectors were named (overlapping) and the colour bar
+    beside the cells was cut: labels wrap, every detector is named (upright when names would collide), the
+    colour bar lies under the cells, and the height grows with the labels' lines."""
+    detectors = ["cross_rank_consistency", "detect_anomaly", "differential", "grad_health", "loss_spike_megatron",
+                 "loss_spike_zscore", "nan_inf", "param_not_updated", "plain", "traincheck", "traincheck_full"]
+    bugs = ["DS-1801", "VERDICT-INCONSISTENT-SCALING", "VERDICT-ALLGATHER-AS-ALLREDUCE"]
+    figure = detection_heatmap(detection(bugs, detectors)).figure
+    layout, [rates] = figure["layout"], figure["data"]
+    assert layout["xaxis"]["tickvals"] == detectors == rates["x"]  # plotly would skip some names on a phone
+    assert layout["xaxis"]["autotickangles"][-1] == -90 and "tickangle" not in layout["xaxis"]
+    assert layout["yaxis"]["tickvals"] == rates["y"] == ["DS-1801 (cpu)", "VERDICT-ALLGATHER-AS-ALLREDUCE (cpu)",
+                                                         "VERDICT-INCONSISTENT-SCALING (cpu)"]
+    lines = [line for text in layout["yaxis"]["ticktext"] for line in text.split("<br>")]
+    assert len(lines) == 5 and max(len(line) for line in lines) <= LABEL_LINE
+    assert layout["yaxis"]["automargin"] is True and layout["xaxis"]["automargin"] is True
+    bar = rates["colorbar"]
+    assert bar["orientation"] == "h" and bar["yref"] == "container" and bar["y"] == 0 and bar["len"] == 1
+    assert "title" not in bar  # it overlapped the bar: the ticks say "detected"
+    assert layout["margin"]["b"] >= bar["thickness"] + 30  # room for the bar and its ticks
+    short = [f"PT-{number}" for number in range(10)]
+    taller, one_line = (detection_heatmap(detection(short + more, detectors)).figure["layout"]["height"]
+                        for more in (bugs[1:], ["PT-10", "PT-11"]))
+    assert taller - one_line == 2 * ROW_HEIGHT  # two labels took a second line each
 
 
 def false_positives(*rows):

@@ -7,8 +7,8 @@ from core.markdown import markdown_inline_html
 
 from ..leaderboard import BASELINE, build_leaderboard
 from ..methodology import to_html
-from ..results import latest_evaluation, results_viewer
-from ..verdicts import bug_detections, caught_by_in, headline_of, table_verdicts
+from ..results import cached_for, latest_evaluation, results_viewer
+from ..verdicts import bug_detections, caught_by_in, headline_of, stored_bug_ids, table_verdicts
 
 register = template.Library()
 
@@ -57,7 +57,7 @@ def attach_caught_by(context, bugs):
     stored one, as for the leaderboard box: judging every run on each view of the catalog would not scale."""
     evaluation = latest_evaluation(results_viewer(context["request"].user))
     if evaluation is not None:
-        caught = caught_by_in(evaluation, [bug.bug_id for bug in bugs])
+        caught = cached_for(evaluation, "caught-by", lambda: caught_by_in(evaluation, stored_bug_ids(evaluation)))
         for bug in bugs:
-            bug.caught_by = caught[bug.bug_id]
+            bug.caught_by = caught.get(bug.bug_id)
     return evaluation

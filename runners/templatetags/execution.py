@@ -3,13 +3,15 @@ history, and the verification of each submitted version. Tags, so that the catal
 them without importing runners (the apps depend one way: bugs <- runners <- evaluation)."""
 from django import template
 from django.core.paginator import Paginator
-from django.db.models import Max, OuterRef, Subquery
+from django.db.models import Count, Max, OuterRef, Subquery
 
 from bugs.models import Reproducer
 from bugs.selectors import visible_reproducers
+from core.caching import cached, digest
 
 from ..charts import stability_chart
 from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, runs_for_listing
+from ..run_rows import run_rows
 from ..selectors import visible_runs
 
 register = template.Library()
@@ -19,7 +21,9 @@ VERSION_CONTENT = ("reproducer_version__files", "reproducer_version__manifest")
 @register.simple_tag(takes_context=True)
 def execution_of(context, cards, bug=None):
     """One page of the runs of the cards' reproducers (newest first), and the stability history of ``bug``.
-    Sets each card's ``stability`` to its reproducer's last check. Four queries, whatever the history."""
+    Sets each card's ``stability`` to its reproducer's last check. Four queries, whatever the history, and one
+    more when the stability chart is drawn: once for the same checks (they are only ever added, or replaced by
+    new rows when a verification is retried, so their count and last ID name them)."""
     ids = [card["reproducer"].pk for card in cards]
     checks = {check.reproducer_version.reproducer_id: check
               for check in last_checks(Reproducer.objects.filter(pk__in=ids))}
@@ -30,10 +34,12 @@ def execution_of(context, cards, bug=None):
     page = Paginator(runs, 50).get_page(context["request"].GET.get("page"))
     chart = None
     if bug is not None:
-        chart = stability_chart(StabilityCheck.objects.filter(reproducer_version__reproducer__bug=bug)
-                                .select_related("environment", "reproducer_version__reproducer")
-                                .defer(*VERSION_CONTENT))
-    return {"runs": page.object_list, "page_obj": page, "stability_chart": chart}
+        checks = StabilityCheck.objects.filter(reproducer_version__reproducer__bug=bug)
+        chart = cached(f"stability-chart:{bug.pk}:{digest(checks.aggregate(n=Count('id'), last=Max('id')))}",
+                       lambda: stability_chart(checks.select_related("environment", "reproducer_version__reproducer")
+                                               .defer(*VERSION_CONTENT)))
+    return {"runs_html": run_rows(page.object_list, context["request"].user, show_bug=False), "page_obj": page,
+            "stability_chart": chart}
 
 
 def last_checks(reproducers):

@@ -1,7 +1,8 @@
 """The pages at a phone's width and at a desktop's, and a newcomer's way in, in a real browser.
 
 At 390 px nothing makes a page scroll sideways (a table shows each row as "heading: value" lines); at 1400 px no
-box of a page scrolls by itself to hide part of its content (code, the builder's bug list, the tables)."""
+box of a page scrolls by itself to hide part of its content (code, the builder's bug list, the tables) and no table
+is wider than the page's column."""
 import re
 
 import pytest
@@ -10,11 +11,21 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from bugs.models import ReproducerVersion
+from runners.detectors import all_plugins
 from runners.models import Campaign
 
-from ..factories import GOOD_REPRODUCER, CampaignFactory, MaintainerFactory
+from ..factories import (
+    GOOD_REPRODUCER,
+    BugFactory,
+    CampaignFactory,
+    DetectorFactory,
+    MaintainerFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+)
 from ..helpers import BUG_FORM, SUBMISSION_MANIFEST, make_runs
-from .helpers import login
+from .helpers import login, wait_for_plot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -31,14 +42,26 @@ HIDING_BOXES = """() => [...document.querySelectorAll("body *")].filter(element 
 }).map(element => `${element.tagName}.${element.className}: ${element.scrollWidth}x${element.scrollHeight} shown in `
                    + `${element.clientWidth}x${element.clientHeight}`)"""
 PAGE_WIDTH = "() => [document.documentElement.scrollWidth, document.body.scrollWidth]"
+# Tables whose right edge passes the right edge of main's content (the catalog's was 1481 px in a 1400 px window).
+WIDER_THAN_MAIN = """() => { const main = document.querySelector("main"), box = main.getBoundingClientRect();
+    const right = box.right - parseFloat(getComputedStyle(main).paddingRight);
+    return [...main.querySelectorAll("table")].filter(table => table.getBoundingClientRect().right > right + 1)
+        .map(table => `table#${table.id}: ${Math.round(table.getBoundingClientRect().right - right)} px too wide`); }"""
+# How many lines each key of a record table (a detector's config and summary) takes.
+KEY_LINES = """() => [...document.querySelectorAll("table.record th")].map(th => {
+    const range = document.createRange(); range.selectNodeContents(th);
+    return [th.textContent, new Set([...range.getClientRects()].map(rect => Math.round(rect.top))).size]; })"""
 
 
 def pages():
     call_command("load_catalog")
     campaign, other = CampaignFactory(name="first"), CampaignFactory(name="second")
     make_runs(campaign=campaign)
+    run = RunFactory(detector=DetectorFactory(name="traincheck"), status="succeeded",
+                     detector_summary={"rules_deployed": 300, "rules_failed": 2})
     return {
         "catalog": "/", "bug": "/bugs/DS-1801/", "results": f"/results/?campaign={campaign.pk}",
+        "run": run.get_absolute_url(),
         "leaderboard": "/leaderboard/", "submit": "/submit/",
         "compare": f"/results/compare/?a=campaign:{campaign.pk}&b=campaign:{other.pk}",
         "builder": "/campaigns/new/", "docs": "/docs/detectors/",
@@ -60,6 +83,9 @@ def test_pages_fit_a_phone_and_hide_nothing_on_a_desktop(page, live_site):
                 assert page.evaluate(PAGE_WIDTH) == [390, 390], f"{name} scrolls sideways at {width}"
             else:
                 assert page.evaluate(HIDING_BOXES) == [], f"{name} hides content in a scroll box at {width}"
+                assert page.evaluate(WIDER_THAN_MAIN) == [], f"{name} has a table too wide at {width}"
+            if name == "run":  # a key is one word on one line; its value wraps instead
+                assert {lines for _, lines in page.evaluate(KEY_LINES)} == {1}, f"{name}: keys broken at {width}"
     # At the phone's width a table's cells carry their column's heading.
     page.set_viewport_size(PHONE)
     page.goto(urls["catalog"])
@@ -67,6 +93,39 @@ def test_pages_fit_a_phone_and_hide_nothing_on_a_desktop(page, live_site):
     expect(cell).to_have_attribute("data-label", "Framework")
     assert "Framework" in cell.evaluate("td => getComputedStyle(td, '::before').content")
     expect(cell).to_have_text("DeepSpeed")  # the heading is the style sheet's, not the cell's text
+
+
+# The heatmap's tick labels and colour bar, as drawn: [text, left, top, right, bottom] in page pixels.
+HEATMAP_PARTS = """() => { const box = element => { const r = element.getBoundingClientRect();
+        return [element.textContent, r.left, r.top, r.right, r.bottom]; };
+    const chart = document.querySelector("#detection-heatmap .js-plotly-plot");  // its layers of SVG
+    return {figure: box(chart.querySelector(".main-svg")), x: [...chart.querySelectorAll(".xtick text")].map(box),
+            y: [...chart.querySelectorAll(".ytick text")].map(box), bar: box(chart.querySelector(".colorbar"))}; }"""
+
+
+def test_the_heatmap_names_every_row_and_detector_on_a_phone(page):
+    """Long bug IDs beside eleven detectors: at 390 px the labels were cut on the left, 4 of the 11 names showed,
+    overlapping, and the colour bar's "100%" was clipped."""
+    detectors = [DetectorFactory(name=name) for name in sorted(all_plugins())]
+    bug_ids = ["BLOOM-176B-DIVERGENCE", "VERDICT-ALLGATHER-AS-ALLREDUCE", "VERDICT-INCONSISTENT-SCALING"]
+    for bug_id in bug_ids:
+        version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
+        for detector in detectors:
+            RunFactory(reproducer_version=version, detector=detector, status="succeeded", steps=10, trigger_step=3,
+                       manifested=True)
+    page.set_viewport_size(PHONE)
+    page.goto("/results/")
+    wait_for_plot(page, "#detection-heatmap")
+    parts = page.evaluate(HEATMAP_PARTS)
+    _, left, top, right, bottom = parts["figure"]
+    assert [text for text, *_ in parts["x"]] == [detector.name for detector in detectors]
+    # a label's lines joined (a line break before a space drops the space)
+    assert [text.replace(" ", "") for text, *_ in parts["y"]] == [f"{bug_id}(cpu)" for bug_id in bug_ids]
+    for text, *edges in parts["x"] + parts["y"] + [parts["bar"]]:
+        assert left <= edges[0] and top <= edges[1] and edges[2] <= right and edges[3] <= bottom, text
+    for (name, *first), (_, *second) in zip(parts["x"], parts["x"][1:]):
+        assert first[2] <= second[0] + 0.5, f"{name} overlaps the next detector's name"
+    assert page.evaluate(PAGE_WIDTH) == [390, 390]
 
 
 def fill(page, fields):

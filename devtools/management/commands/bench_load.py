@@ -1,13 +1,14 @@
 """Load benchmark (issue 6), two parts; prints Markdown tables, never asserts.
 
-**Pages**: gunicorn on a free loopback port over the configured database (or --base-url for a
-server already running on it), ``--concurrency`` client threads per endpoint for ``--duration``
-seconds each: p50/p95 latency and throughput of the catalog, a bug page, results, campaigns, the
-API and the exports of the full evaluation table. Meant for PostgreSQL with a synthetic history:
+**Pages**: gunicorn on a free loopback port over the configured database, started with the web image's
+docker/gunicorn.conf.py (``--worker-class``, ``--gunicorn-workers`` and ``--threads`` override it), or
+--base-url for a server already running on it; ``--concurrency`` client threads per endpoint for
+``--duration`` seconds each: p50/p95 latency and throughput of the catalog, a bug page, results, the
+leaderboard, campaigns, the API and the exports. Meant for PostgreSQL with a synthetic history:
 
     createdb -h 127.0.0.1 -U postgres -T silentbench_scale silentbench_load   # 100k runs, 1M alarms
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/silentbench_load \\
-        .venv/bin/python manage.py bench_load --pages --concurrency 8 --duration 20
+        .venv/bin/python manage.py bench_load --pages --concurrency 16 --duration 10
 
 (``silentbench_scale`` is made as in docs/performance.md: migrate, load_catalog, seed_history.)
 
@@ -31,7 +32,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from devtools.loadbench import endpoints, gunicorn, hammer
+from core.cli import positive_int
+from devtools.loadbench import GUNICORN_CONFIG, endpoints, gunicorn, gunicorn_settings, hammer
 from runners.local_worker import database_url
 from runners.models import Alarm, Run
 
@@ -43,11 +45,16 @@ class Command(BaseCommand):
         parser.add_argument("--pages", action="store_true", help="only the pages part")
         parser.add_argument("--runs", action="store_true", help="only the runs part")
         pages = parser.add_argument_group("pages")
-        pages.add_argument("--concurrency", type=int, default=8, help="client threads per endpoint")
-        pages.add_argument("--duration", type=float, default=20.0, help="seconds per endpoint")
+        pages.add_argument("--concurrency", type=int, default=16, help="client threads per endpoint")
+        pages.add_argument("--duration", type=float, default=10.0, help="seconds per endpoint")
         pages.add_argument("--requests", type=int, default=10_000, help="at most this many requests per endpoint")
-        pages.add_argument("--warmup", type=int, default=2, help="untimed requests per endpoint first")
-        pages.add_argument("--gunicorn-workers", type=int, default=4)
+        pages.add_argument("--warmup", type=int, default=2,
+                           help="untimed requests per client first, all clients at once (so that every gunicorn "
+                                "process has served the endpoint: imports, per-process state)")
+        pages.add_argument("--worker-class", choices=["sync", "gthread"],
+                           help="gunicorn's worker class (default: docker/gunicorn.conf.py's)")
+        pages.add_argument("--gunicorn-workers", type=positive_int, help="processes (default: the config file's)")
+        pages.add_argument("--threads", type=positive_int, help="threads per process (default: the config file's)")
         pages.add_argument("--base-url", help="measure this running server instead of starting gunicorn "
                                               "(it must serve the configured database; its throttles apply)")
         pages.add_argument("--only", default="", help="only endpoints whose label contains this text")
@@ -79,9 +86,13 @@ class Command(BaseCommand):
         if options["base_url"]:
             self.measure(options["base_url"].rstrip("/"), listed, options)
         else:
-            workers = options["gunicorn_workers"]
-            with gunicorn(database_url(connection.settings_dict), workers, logs / "bench-load-gunicorn.log") as base:
-                self.stdout.write(f"gunicorn, {workers} sync workers, {base} (anonymous API throttle lifted)")
+            worker_class, workers, threads = gunicorn_settings(
+                options["worker_class"], options["gunicorn_workers"], options["threads"])
+            with gunicorn(database_url(connection.settings_dict), workers, logs / "bench-load-gunicorn.log",
+                          worker_class=worker_class, threads=threads) as base:
+                self.stdout.write(f"gunicorn --config {GUNICORN_CONFIG}: {worker_class}, {workers} processes x "
+                                  f"{threads} threads, {base} (anonymous API throttle lifted); cache: "
+                                  f"{settings.CACHES['default']['BACKEND'].rsplit('.', 1)[-1]}")
                 self.measure(base, listed, options)
         load = os.getloadavg()
         self.stdout.write(f"\nload average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -89,12 +100,12 @@ class Command(BaseCommand):
     def measure(self, base, listed, options):
         concurrency, duration = options["concurrency"], options["duration"]
         self.stdout.write(f"{concurrency} concurrent clients per endpoint, {duration:g} s each (at most "
-                          f"{options['requests']} requests), {options['warmup']} warm-up requests; a new TCP "
-                          f"connection per request.\n")
+                          f"{options['requests']} requests), after {options['warmup']} warm-up requests per client; "
+                          f"each client keeps its connection while the server keeps it open.\n")
         self.stdout.write("| endpoint | path | requests | p50 ms | p95 ms | req/s | KiB | non-200 |")
         self.stdout.write("|---|---|---:|---:|---:|---:|---:|---|")
         for label, path in listed:
-            hammer(base, path, 1, duration=float("inf"), max_requests=options["warmup"])
+            hammer(base, path, concurrency, duration=float("inf"), max_requests=options["warmup"] * concurrency)
             row = hammer(base, path, concurrency, duration, options["requests"]).row()
             self.stdout.write(f"| {label} | `{path}` | {row['requests']} | {row['p50']:.0f} | {row['p95']:.0f} | "
                               f"{row['rps']:.1f} | {row['kib']:.0f} | {row['other']} |")

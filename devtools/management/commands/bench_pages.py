@@ -34,6 +34,7 @@ def pages():
         listed.append((f"bug page ({bug.bug_id})", bug.get_absolute_url()))
     listed.append(("results (latest evaluation)" if Evaluation.objects.exists() else "results (all runs)",
                    "/results/"))
+    listed.append(("leaderboard", "/leaderboard/"))
     largest = (Run.objects.filter(campaign__isnull=False).values("campaign").annotate(n=Count("id"))
                .order_by("-n").first())
     if largest:
@@ -44,8 +45,10 @@ def pages():
         listed += [(f"campaign detail ({n} runs)", f"/campaigns/{pk}/"),
                    ("campaign detail, page 2", f"/campaigns/{pk}/?page=2")]
     listed += [("API run list", "/api/runs/"),
-               ("API run list, filtered", "/api/runs/?status=failed&variant=buggy&detector__name=nan_inf"),
-               ("API run list, page 100", "/api/runs/?page=100")]
+               ("API run list, filtered", "/api/runs/?status=failed&variant=buggy&detector__name=nan_inf")]
+    oldest = Campaign.objects.order_by("created_at", "id").values_list("pk", flat=True).first()
+    if oldest is not None:  # its runs are the oldest: newest first, every newer run comes before them by ID
+        listed.append(("API run list, the oldest campaign", f"/api/runs/?campaign={oldest}"))
     alarm = Alarm.objects.order_by("-run_id").values("run_id").first()
     run_id = alarm["run_id"] if alarm else Run.objects.order_by("-id").values_list("id", flat=True).first()
     if run_id:

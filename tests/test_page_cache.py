@@ -1,0 +1,270 @@
+"""What a stored evaluation or a completed campaign makes immutable is computed once and kept in the shared cache
+(core/caching.py); whatever could change it is a new key, so no surface ever shows the old numbers: a retabulated
+or a newer evaluation, a campaign reopened by a retry, a new stability check. The runs API pages by cursor. The
+default cache is files that every process of a host shares."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from core import caching
+from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
+from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
+from runners.models import Run, RunStatus
+from runners.plans import CampaignPlan
+from runners.registry import detector_record
+
+from .factories import (
+    AlarmFactory,
+    BugFactory,
+    CampaignFactory,
+    EnvironmentFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    StabilityCheckFactory,
+)
+from .helpers import make_runs, table
+
+pytestmark = pytest.mark.django_db
+# Every surface that shows an evaluation's numbers, and the false-positive count of param_not_updated on each.
+SURFACES = ["/results/", "/leaderboard/", "/results/false-positives.csv", "/results/false-positives.tex",
+            "/api/results/", "/results/detection.json", "/"]
+
+
+def get(client, url):
+    """(queries made, the response's text without its per-response nonces)."""
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200, url
+    return len(captured), re.sub(r'nonce="[^"]*"', 'nonce=""', response.content.decode())
+
+
+def completed_evaluation():
+    """An evaluation stored over a completed campaign (helpers.make_runs): param_not_updated raised an alarm on
+    one of its two clean runs."""
+    campaign = CampaignFactory(name="evaluation")
+    runs = make_runs(campaign=campaign)
+    assert do_complete_campaign(campaign)
+    evaluation = do_store_evaluation(campaign, None, [], [], {"seeds": 2}, 1.0, acting_user=None)
+    return evaluation, runs
+
+
+def false_alarms(client, url):
+    """The clean runs of param_not_updated with an alarm, as ``url`` shows them."""
+    _, body = get(client, url)
+    if url == "/results/":
+        return table(body, "false-positives")[0]["With alarm"]
+    if url == "/leaderboard/":
+        return re.search(r"param_not_updated</a>.*?Its clean runs: (\d+) of \d+ alarmed", body, re.S).group(1)
+    if url.endswith(".csv"):
+        return next(line.split(",")[2] for line in body.splitlines() if line.startswith("param_not_updated,"))
+    if url.endswith(".tex"):
+        return re.search(r"param\\_not\\_updated & \d+ & (\d+) &", body).group(1)
+    if url == "/api/results/":
+        return str(next(row for row in client.get(url).json()["false_positives"]
+                        if row["detector"] == "param_not_updated")["clean_runs_with_alarm"])
+    return str(sum(row["fixed_runs_with_alarm"] for row in client.get(url).json()  # detection.json
+                   if row["detector"] == "param_not_updated"))
+
+
+def test_every_surface_of_a_stored_evaluation_is_computed_once(client):
+    completed_evaluation()
+    for url in SURFACES:
+        cache.clear()  # the surfaces share parts (the tables): each is measured from an empty cache
+        first, body = get(client, url)
+        again, same = get(client, url)
+        assert again < first and same == body, url
+
+
+def test_a_retabulated_evaluation_shows_its_new_tables_everywhere(client):
+    """Retabulating changes the stored tables, not the campaign's completion: the tables' digest is in the key."""
+    evaluation, runs = completed_evaluation()
+    before = {url: false_alarms(client, url) for url in SURFACES[:-1]}
+    assert set(before.values()) == {"1"}
+    AlarmFactory(run=runs["clean"], step=5, rule="no_parameter_updated")  # the other clean run alarms too
+    do_retabulate_evaluation(evaluation, acting_user=None)
+    assert {url: false_alarms(client, url) for url in SURFACES[:-1]} == dict.fromkeys(SURFACES[:-1], "2")
+
+
+def test_a_newer_evaluation_replaces_the_latest_everywhere(client):
+    first, _ = completed_evaluation()
+    for url in SURFACES:
+        client.get(url)
+    campaign = CampaignFactory(name="second")
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-NEW")))
+    RunFactory(reproducer_version=version, detector=detector_record("nan_inf"), campaign=campaign, status="succeeded",
+               trigger_step=1, steps=3, manifested=True)
+    assert do_complete_campaign(campaign)
+    second = do_store_evaluation(campaign, None, [], [], {"seeds": 1}, 1.0, acting_user=None)
+    assert f"Stored tables of evaluation #{second.pk}" in get(client, "/results/")[1]
+    assert f'Evaluation <a href="/results/?evaluation={second.pk}">#{second.pk}</a>' in get(client, "/leaderboard/")[1]
+    assert f"Evaluation #{second.pk} (" in get(client, "/")[1]
+    assert [row["bug"] for row in client.get("/results/detection.json").json()] == ["TEST-NEW"]
+    assert client.get("/api/results/").json()["evaluation"] == second.pk
+    assert f"Stored tables of evaluation #{first.pk}" in get(client, f"/results/?evaluation={first.pk}")[1]
+
+
+def test_an_open_evaluation_campaign_is_judged_live(client):
+    """A retry reopens the evaluation's campaign: its runs may change, so nothing of it is cached meanwhile."""
+    evaluation, runs = completed_evaluation()
+    Run.objects.filter(pk=runs["clean"].pk).update(status=RunStatus.FAILED)
+    evaluation.campaign.refresh_from_db()
+    do_retry_failed_runs(evaluation.campaign, acting_user=None)
+    first, body = get(client, "/results/")
+    assert get(client, "/results/")[0] == first and "1 queued" not in body  # computed again, not from the cache
+
+
+# --- Completed campaigns ---
+
+def campaign_with_a_failure():
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-CAMPAIGN")))
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("nan_inf")], seeds=[0, 1]),
+                                  enqueue=False, acting_user=None)
+    Run.objects.filter(campaign=campaign).update(status=RunStatus.SUCCEEDED, environment=EnvironmentFactory(
+        host="host-one"))
+    failed = campaign.runs.order_by("id").first()
+    Run.objects.filter(pk=failed.pk).update(status=RunStatus.FAILED, failure_kind="time_limit",
+                                            failure_reason="Over its time limit.")
+    assert do_complete_campaign(campaign)
+    return campaign, failed
+
+
+def progress(page):
+    """The campaign page's line of counts by status."""
+    return page.split('id="campaign-progress"', 1)[1].split("</p>", 1)[0]
+
+
+def finished(client):
+    """The campaign list's "finished / runs" of each campaign."""
+    return re.findall(r"(\d+ / \d+) runs", get(client, "/campaigns/")[1])
+
+
+def test_a_completed_campaign_is_counted_once_until_a_retry_reopens_it(client):
+    campaign, failed = campaign_with_a_failure()
+    url = f"/campaigns/{campaign.pk}/"
+    first, body = get(client, url)
+    again, same = get(client, url)
+    assert again < first and same == body
+    assert "3 succeeded" in body and "1 failed" in body and "host-one" in body and "Over its time limit." in body
+    assert finished(client) == ["4 / 4"]
+
+    do_retry_failed_runs(campaign, acting_user=None)  # open again: the failed run is queued
+    reopened = progress(get(client, url)[1])
+    assert "1 queued" in reopened and "failed" not in reopened
+    assert finished(client) == ["3 / 4"]
+    Run.objects.filter(pk=failed.pk).update(status=RunStatus.SUCCEEDED, environment=EnvironmentFactory(
+        host="host-two"))
+    assert do_complete_campaign(campaign)
+    done = get(client, url)[1]
+    assert "4 succeeded" in progress(done) and "failed" not in progress(done) and "host-two" in done
+    rows = table(done, "runs")
+    assert [row["Status"] for row in rows] == ["Succeeded"] * 4
+
+
+def test_the_campaigns_api_counts_a_reopened_campaign_anew(client):
+    campaign, failed = campaign_with_a_failure()
+    progress = client.get("/api/campaigns/").json()["results"][0]["progress"]
+    assert progress["counts"]["failed"] == 1 and progress["done"] == 4
+    do_retry_failed_runs(campaign, acting_user=None)
+    progress = client.get("/api/campaigns/").json()["results"][0]["progress"]
+    assert progress["counts"]["failed"] == 0 and progress["counts"]["queued"] == 1 and progress["done"] == 3
+
+
+def test_a_new_stability_check_is_drawn(client):
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-STABLE")))
+    StabilityCheckFactory(reproducer_version=version, environment=EnvironmentFactory(host="first-host"))
+    url = "/bugs/TEST-STABLE/"
+    assert "first-host" in get(client, url)[1] and "second-host" not in get(client, url)[1]
+    StabilityCheckFactory(reproducer_version=version, environment=EnvironmentFactory(host="second-host"))
+    assert "second-host" in get(client, url)[1]
+
+
+# --- The runs API: pages by cursor ---
+
+def test_the_runs_api_pages_by_cursor_at_the_same_cost(client):
+    version = ReproducerVersionFactory()
+    RunFactory.create_batch(120, reproducer_version=version, detector=detector_record("plain"))
+    seen, url, costs = [], "/api/runs/", []
+    while url:
+        with CaptureQueriesContext(connection) as captured:
+            page = client.get(url).json()
+        costs.append(len(captured))
+        assert "count" not in page  # a count would read every matching run
+        seen += [run["id"] for run in page["results"]]
+        url = page["next"]
+    assert [len(seen), len(set(seen))] == [120, 120] and seen == sorted(seen, reverse=True)
+    assert len(set(costs)) == 1
+    assert all("OFFSET" not in query["sql"].upper() for query in captured.captured_queries)
+    last = client.get(client.get(client.get("/api/runs/").json()["next"]).json()["previous"]).json()
+    assert [run["id"] for run in last["results"]] == seen[:50]
+
+
+def test_the_runs_of_one_campaign_page_by_cursor(client):
+    """The campaign filter bounds the IDs by the campaign's newest run; every run of it, and only those, comes."""
+    old, new = CampaignFactory(), CampaignFactory()
+    for n in range(60):
+        RunFactory(campaign=old if n % 3 else new, detector=detector_record("plain"))
+    RunFactory(detector=detector_record("plain"))  # newer than all, in no campaign
+    seen, url = [], f"/api/runs/?campaign={old.pk}&detector__name=plain"
+    while url:
+        page = client.get(url).json()
+        seen += [(run["id"], run["campaign"]) for run in page["results"]]
+        url = page["next"]
+    assert seen == [(pk, old.pk) for pk in old.runs.order_by("-id").values_list("id", flat=True)] and len(seen) == 40
+    assert client.get("/api/runs/?campaign=999999").status_code == 400  # no such campaign, as before
+
+
+# --- The cache itself ---
+
+def test_the_file_cache_is_shared_and_makes_its_folder_on_first_write(tmp_path):
+    folder = tmp_path / "cache"
+    one, other = caching.FileCache(folder, {}), caching.FileCache(folder, {})  # as two processes open it
+    assert one.get("key") is None and not folder.exists()
+    one.set("key", {"tables": [1, 2]})
+    assert other.get("key") == {"tables": [1, 2]}
+
+
+def test_the_file_cache_drops_entries_past_its_limit(tmp_path, monkeypatch):
+    """It lists its folder on one write in CULL_EVERY (here every write) and drops a third past MAX_ENTRIES."""
+    monkeypatch.setattr(caching.FileCache, "CULL_EVERY", 1)
+    files = caching.FileCache(tmp_path / "cache", {"OPTIONS": {"MAX_ENTRIES": 9}})
+    for n in range(30):
+        files.set(f"key-{n}", n)
+    assert len(list((tmp_path / "cache").iterdir())) <= 9 and files.get("key-29") == 29
+
+
+def test_another_version_of_the_code_computes_anew(monkeypatch):
+    computed = []
+    monkeypatch.setattr(caching, "code_version", lambda: "one")
+    assert caching.cached("k", lambda: computed.append(1) or "first") == "first"
+    assert caching.cached("k", lambda: computed.append(2) or "again") == "first"
+    monkeypatch.setattr(caching, "code_version", lambda: "two")
+    assert caching.cached("k", lambda: computed.append(3) or "new") == "new"
+    assert caching.cached(None, lambda: computed.append(4) or "live") == "live"
+    assert computed == [1, 3, 4]
+
+
+def check(tmp_path, **variables):
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("DJANGO_", "SILENTBENCH_", "DATABASE_URL", "CELERY_"))}
+    script = ("import django; django.setup(); from django.conf import settings; "
+              "print(settings.CACHES['default']['BACKEND'], settings.CACHES['default']['LOCATION'])")
+    return subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                          env={**env, "DJANGO_SETTINGS_MODULE": "benchmark_site.settings",
+                               "SILENTBENCH_VAR_DIR": str(tmp_path), **variables}, timeout=120)
+
+
+def test_the_cache_is_files_under_the_var_directory_or_the_redis_named(tmp_path):
+    assert check(tmp_path).stdout.split() == ["core.caching.FileCache", str(tmp_path / "cache")]
+    redis = check(tmp_path, DJANGO_CACHE_URL="redis://127.0.0.1:6379/11")
+    assert redis.stdout.split() == ["django.core.cache.backends.redis.RedisCache", "redis://127.0.0.1:6379/11"]
+    refused = check(tmp_path, DJANGO_CACHE_URL="memcached://127.0.0.1:11211")
+    assert refused.returncode != 0 and "DJANGO_CACHE_URL='memcached://127.0.0.1:11211' is not a Redis URL" in (
+        refused.stderr.strip().splitlines()[-1])

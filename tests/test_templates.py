@@ -1,0 +1,54 @@
+"""The templates: syntax that Django would print on the page instead of reading, and what the pages say of a
+value that was never recorded."""
+import re
+from pathlib import Path
+
+import pytest
+from django.utils.html import strip_tags
+
+from .factories import EvaluationFactory
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+ONE_LINE_COMMENT = re.compile(r"\{#.*?#\}")
+
+
+def unclosed_comments(text):
+    """Line numbers of ``text`` where a ``{#`` has no ``#}`` after it on the same line."""
+    return [number for number, line in enumerate(text.splitlines(), 1) if "{#" in ONE_LINE_COMMENT.sub("", line)]
+
+
+def test_the_check_finds_a_comment_left_open_and_passes_closed_ones():
+    assert unclosed_comments("{# one line #}\n<p>{# a #} text {# b #}</p>\n{% comment %}a\nb{% endcomment %}") == []
+    assert unclosed_comments("<p>\n{# a note that goes on\n   to a second line #}\n{# a #} {# b\n") == [2, 4]
+
+
+def test_no_template_opens_a_comment_it_does_not_close_on_the_same_line():
+    """Django's ``{# #}`` ends on its own line: one spread over lines shows on the page as text, tags and all.
+    A note of several lines goes in ``{% comment %}...{% endcomment %}``."""
+    found = {str(path.relative_to(TEMPLATES)): lines for path in sorted(TEMPLATES.rglob("*.html"))
+             if (lines := unclosed_comments(path.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+def said(html, element_id):
+    """The text of the element with this id, its white space collapsed."""
+    return " ".join(strip_tags(re.search(rf'<(\w+)[^>]* id="{element_id}".*?</\1>', html, re.S)[0]).split())
+
+
+@pytest.mark.django_db
+def test_an_evaluation_names_its_run_and_seed_counts_only_when_it_recorded_them(client):
+    """A synthetic history's evaluation records neither: the pages said "? seed(s)" and " runs, seed(s)"."""
+    unrecorded = EvaluationFactory(parameters={"synthetic": True})
+    day, minute = f"{unrecorded.created_at:%Y-%m-%d}", f"{unrecorded.created_at:%Y-%m-%d %H:%M}"
+    catalog, results = client.get("/").content.decode(), client.get("/results/").content.decode()
+    assert f"evaluation #{unrecorded.pk} ({day}); a bug's page" in said(catalog, "caught-by-source")
+    assert f"evaluation #{unrecorded.pk} ({minute} UTC), campaign" in said(results, "selection")
+    assert "run count not recorded, seed count not recorded" in said(client.get("/methodology/").content.decode(),
+                                                                     "cite")
+    recorded = EvaluationFactory(parameters={"runs": 492, "seeds": 3})
+    assert f"#{recorded.pk} ({day}, 3 seeds)" in said(client.get("/").content.decode(), "caught-by-source")
+    assert f"({minute} UTC, 492 runs when stored, 3 seeds)" in said(client.get("/results/").content.decode(),
+                                                                     "selection")
+    assert "492 runs, 3 seeds" in said(client.get("/methodology/").content.decode(), "cite")
+    one = EvaluationFactory(parameters={"runs": 1, "seeds": 1})
+    assert f"#{one.pk} ({day}, 1 seed)" in said(client.get("/").content.decode(), "caught-by-source")
