@@ -45,6 +45,8 @@ def test_a_zygote_instruments_torch_with_the_values_of_the_copys_head_and_nothin
                                      "API_dump_stack_trace": False, "sampling_interval": 1, "warm_up_steps": 1},
                     "instr_opts": '{"funcs_instr_opts": {}}'}
     assert json.loads(instrumentation_spec(instrumented_copy(tmp_path), tmp_path / "elsewhere"))["instr_opts"] is None
+    script_head = COPY_HEAD + "annotate_stage('init')\n"  # what a script without a main() gets first thing
+    assert json.loads(instrumentation_spec(instrumented_copy(tmp_path, head=script_head), tmp_path)) == spec
 
     refused = {
         "code before torch is instrumented": COPY_HEAD + "open('/etc/passwd').read()\n",
@@ -52,6 +54,7 @@ def test_a_zygote_instruments_torch_with_the_values_of_the_copys_head_and_nothin
         "a setting TrainCheck does not write": COPY_HEAD + "general_config.INSTR_OPTS_FILE = '/etc/shadow'\n",
         "a setting of the wrong type": COPY_HEAD + "general_config.INSTR_DESCRIPTORS = 'yes'\n",
         "a setting that is not a literal": COPY_HEAD + "general_config.INSTR_DESCRIPTORS = bool(1)\n",
+        "a stage annotation that computes its name": COPY_HEAD + "annotate_stage(open('/etc/hostname').read())\n",
     }
     for reason, head in refused.items():
         assert instrumentation_spec(instrumented_copy(tmp_path, head=head), tmp_path) is None, reason
@@ -90,8 +93,9 @@ def test_violations_become_alarms_at_our_step_with_ranks_in_spawn_order():
     assert alarms[1]["evidence"]["traincheck_step"] == 3
 
 
-TRAINING = PROGRAM_PREAMBLE + """
-import torch
+# torch first, as in the catalog's programs: a copy that runs program code before instrumenting torch does not
+# fork from the instrumented zygote (instrumentation_spec).
+TRAINING = "import torch\n" + PROGRAM_PREAMBLE + """
 torch.manual_seed(args.seed)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 scale = torch.nn.Parameter(torch.ones(1))

@@ -201,8 +201,11 @@ def _config_setting(statement):
 
 def _runs_nothing_of_the_program(statement):
     """Whether a statement of the copy's head leaves torch alone: a string, an import of the standard library or
-    TrainCheck, ``import torch``, TrainCheck's output folder, its debug hook."""
+    TrainCheck, ``import torch``, TrainCheck's output folder, its debug hook, its stage annotation (which a script
+    without a ``main()`` gets first thing)."""
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return True
+    if isinstance(statement, ast.Expr) and _is_stage_annotation(statement.value):
         return True
     if isinstance(statement, ast.Import):
         return all(alias.name == "torch" and alias.asname is None or _harmless_module(alias.name)
@@ -212,6 +215,14 @@ def _runs_nothing_of_the_program(statement):
     source = ast.unparse(statement)
     return (source.startswith("os.environ['TRAINCHECK_OUTPUT_DIR'] = ")
             or source.startswith("if os.environ.get('TRAINCHECK_DEBUG') == '1':"))
+
+
+def _is_stage_annotation(node):
+    """``annotate_stage("<literal>")``: TrainCheck's marker of a training stage, the same before or after torch is
+    instrumented."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "annotate_stage"
+            and not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str))
 
 
 def _harmless_module(name):
