@@ -6,7 +6,7 @@ threads each. A request spends part of its time waiting for PostgreSQL or the ca
 process runs meanwhile; the processes use the cores, which the threads of one process cannot (Python's lock).
 Threaded workers also keep a client's connection open between requests, which sync workers close.
 ``WEB_CONCURRENCY`` (processes) and ``GUNICORN_THREADS`` (threads per process) override the choice, as whole
-numbers of at least 1; anything else stops gunicorn at start."""
+numbers of at least 1 (unset or empty: the choice above); anything else stops gunicorn at start."""
 import os
 
 PROCESSES_PER_CORE = 1
@@ -14,9 +14,9 @@ THREADS = 8
 
 
 def whole_number(name, default):
-    """The variable ``name`` as a whole number of at least 1; unset gives ``default``."""
-    raw = os.environ.get(name)
-    if raw is None:
+    """The variable ``name`` as a whole number of at least 1; unset or empty gives ``default``."""
+    raw = os.environ.get(name, "")
+    if raw == "":
         return default
     if not raw.strip().isdigit() or int(raw) < 1:
         raise SystemExit(f"{name}={raw!r} is not a whole number of at least 1.")

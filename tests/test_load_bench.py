@@ -33,9 +33,11 @@ def test_threaded_workers_one_per_core_unless_told(monkeypatch):
     assert (chosen["worker_class"], chosen["workers"], chosen["threads"]) == ("gthread", cores, 8)
     told = read_config(monkeypatch, WEB_CONCURRENCY=" 3 ", GUNICORN_THREADS="8")
     assert (told["workers"], told["threads"]) == (3, 8)
+    empty = read_config(monkeypatch, WEB_CONCURRENCY="")  # what compose passes when docker/.env leaves it unset
+    assert empty["workers"] == cores
 
 
-@pytest.mark.parametrize("value", ["0", "three", "", "-1", "2.5"])
+@pytest.mark.parametrize("value", ["0", "three", " ", "-1", "2.5"])
 def test_a_worker_count_that_is_no_whole_number_stops_gunicorn(monkeypatch, value):
     with pytest.raises(SystemExit, match=f"WEB_CONCURRENCY={value!r} is not a whole number of at least 1"):
         read_config(monkeypatch, WEB_CONCURRENCY=value)
