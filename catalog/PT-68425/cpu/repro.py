@@ -125,7 +125,8 @@ def main():
         model.max_preact = 0.0
         loss = F.mse_loss(model(x), y)
         loss.backward()
-        nan_grads = sum(int(torch.isnan(p.grad).sum()) for p in model.parameters())
+        # A detector that stops backward (detect_anomaly) leaves the gradients None: nothing to count then.
+        nan_grads = sum(int(torch.isnan(p.grad).sum()) for p in model.parameters() if p.grad is not None)
         optimizer.step()
 
         value = loss.item()
