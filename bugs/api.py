@@ -7,6 +7,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
+from core.caching import cached, digest
+
 from .actions import VERIFICATION_VERDICTS, do_review_version, do_submit_reproducer
 from .filters import BugFilter
 from .forms import SUBMITTED_BUG_FIELDS
@@ -58,6 +60,32 @@ class BugViewSet(viewsets.ReadOnlyModelViewSet):
         versions = visible_versions(user).defer("files", "manifest")
         reproducers = visible_reproducers(user).prefetch_related(Prefetch("versions", versions))
         return visible_bugs(user).prefetch_related(Prefetch("reproducers", reproducers)).order_by("bug_id")
+
+    def list(self, request, *args, **kwargs):
+        """A page of bugs, serialized once for the same content: the page's bug IDs are read, then every value their
+        representations show as plain rows (``shown_rows``: no model instances, no prefetching, which cost more
+        than the serializing), and only a page not seen with those values is read whole and serialized. A bug's
+        representation is the same for every reader who sees the same reproducers and versions."""
+        user = request.user
+        ids = self.paginate_queryset(self.filter_queryset(visible_bugs(user).order_by("bug_id")).values_list(
+            "pk", flat=True))
+        return self.get_paginated_response(cached(f"api-bugs:{digest(shown_rows(ids, user))}", lambda: (
+            self.get_serializer(self.get_queryset().filter(pk__in=ids), many=True).data)))
+
+
+def shown_rows(bug_ids, user):
+    """Every value that BugSerializer shows of these bugs, as ``user`` may see them: their fields, and those of their
+    reproducers and versions that ``user`` may see (as ``BugViewSet.get_queryset`` nests them)."""
+    def shown(serializer, *nested):
+        return [name for name in serializer.Meta.fields if name not in ("id", *nested)]
+    return [
+        list(Bug.objects.filter(pk__in=bug_ids).order_by("pk").values_list("pk", "bug_id", *shown(
+            BugSerializer, "reproducers"))),
+        list(visible_reproducers(user).filter(bug__in=bug_ids).order_by("pk").values_list("pk", "bug", *shown(
+            ReproducerSerializer, "versions"))),
+        list(visible_versions(user).filter(reproducer__bug__in=bug_ids).order_by("pk").values_list(
+            "pk", "reproducer", *shown(ReproducerVersionSummarySerializer))),
+    ]
 
 
 class ReviewSerializer(serializers.Serializer):

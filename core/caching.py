@@ -8,7 +8,9 @@ cache holds nothing the new code would compute differently."""
 import hashlib
 import os
 import random
+import threading
 from functools import cache as once
+from functools import wraps
 from pathlib import Path
 
 from django.apps import apps
@@ -16,6 +18,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.filebased import FileBasedCache
+from django.core.signals import request_finished, request_started
+from django.db.models import Model, QuerySet
 
 IMMUTABLE_SECONDS = 7 * 24 * 3600  # how long an entry is kept; its key, not its age, is what keeps it right
 _MISSING = object()
@@ -24,6 +28,24 @@ _MISSING = object()
 def digest(value):
     """A short name for ``value`` (by its repr) in a cache key."""
     return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+def loaded_state(value, _within=()):
+    """What was read of a model instance (or of a list or queryset of them), to name what is shown of it in a cache
+    key: its fields' values as loaded (deferred ones left out) and any attribute set on it, with, nested, those of the
+    related objects read with it (select_related, prefetch_related). An object met again inside itself (a prefetched
+    child points back to its parent) is named by its primary key."""
+    if isinstance(value, (list, tuple, QuerySet)):
+        return [loaded_state(item, _within) for item in value]
+    if not isinstance(value, Model):
+        return value
+    if id(value) in _within:
+        return value._meta.label, value.pk
+    within = (*_within, id(value))
+    related = {**value._state.fields_cache, **getattr(value, "_prefetched_objects_cache", {})}
+    return [value._meta.label,
+            *((name, loaded_state(item, within)) for name, item in vars(value).items() if not name.startswith("_")),
+            *((name, loaded_state(related[name], within)) for name in sorted(related))]
 
 
 @once
@@ -67,6 +89,38 @@ def cached_many(keys, compute, timeout=IMMUTABLE_SECONDS):
                        timeout)
         found.update(computed)
     return found
+
+
+_request = threading.local()  # .answers: {(function, arguments): value} while this thread serves a request
+
+
+def per_request(function):
+    """``function``, asked once per request for the same (hashable) arguments: for a read-only question that several
+    parts of one page ask, such as which runs the reader may see. Only in requests that change nothing (GET and
+    HEAD), where the answer cannot change halfway; in any other request, and outside requests (tasks, commands), it
+    is asked every time. A request's thread serves only that request until it has answered."""
+    @wraps(function)
+    def answered(*arguments):
+        answers = getattr(_request, "answers", None)
+        if answers is None:
+            return function(*arguments)
+        key = (function, *arguments)
+        if key not in answers:
+            answers[key] = function(*arguments)
+        return answers[key]
+    return answered
+
+
+def _begin_request(environ=None, **kwargs):
+    _request.answers = {} if environ and environ.get("REQUEST_METHOD") in ("GET", "HEAD") else None
+
+
+def _end_request(**kwargs):
+    _request.answers = None
+
+
+request_started.connect(_begin_request, dispatch_uid="core.caching.per_request")
+request_finished.connect(_end_request, dispatch_uid="core.caching.per_request")
 
 
 class FileCache(FileBasedCache):

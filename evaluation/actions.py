@@ -8,7 +8,7 @@ from core import audit
 from runners.models import RunStatus
 
 from .models import Evaluation
-from .tables import detection_table, false_positive_table, latency_table
+from .tables import detection_table, false_positive_table, flakiness_table, judged_runs, latency_table
 
 
 def records(frame):
@@ -22,8 +22,10 @@ def run_counts(runs):
 
 def run_tables(runs):
     """The tables computed from an evaluation's runs (overhead and fits are measured apart)."""
-    return {"detection": records(detection_table(runs)), "false_positives": records(false_positive_table(runs)),
-            "latency": records(latency_table(runs))}
+    judged = judged_runs(runs)
+    return {name: records(table(judged=judged)) for name, table in (
+        ("detection", detection_table), ("false_positives", false_positive_table), ("latency", latency_table),
+        ("flakiness", flakiness_table))}
 
 
 @transaction.atomic

@@ -41,7 +41,15 @@ ABOUT = {
                    "step whose rule did not also fire on the fixed variant of the same seed), of the bugs they ran "
                    "on; then the bugs caught at all, the false-positive rate per clean run with its Wilson 95% "
                    "interval, the per-check rate (rules failed on clean runs / rules deployed), the median latency "
-                   "in steps and the median step-time ratio to plain.",
+                   "in steps and the median step-time ratio to plain. =fixed runs: detected buggy runs not "
+                   "detected beyond the fixed twin (its rules all fired on the fixed run of the same seed, or that "
+                   "run did not succeed), of the detected runs. Drop-in detectors observe the unmodified "
+                   "program and are ranked first; opt-in detectors need the program's cooperation (the reproducer "
+                   "computes a reference for them) and are ranked apart, below.",
+    "flakiness": "Runs of a bug whose oracle verdict (manifested or not) disagrees with the bug's verification verdict "
+                 "(a verified bug manifests on every buggy run and on no fixed one; an unreproducible bug on no buggy "
+                 "run), or, for a bug whose verdict expects nothing, with other seeds of the same reproducer, variant "
+                 "and detector; the seeds of that group that manifested.",
 }
 HEADERS = {
     "detection": {
@@ -70,6 +78,7 @@ WILSON = {"Wilson 95% CI": ("fp_ci_low", "fp_ci_high")}
 # LaTeX layouts other than the default (core.exports.Table): a long bug ID breaks at its hyphens
 LAYOUTS = {
     "detection": {"align": {"bug": "p{2.4cm}"}, "turned": ("reproducer",)},
+    "flakiness": {"align": {"bug": "p{3.2cm}"}},
     "false-positives": {"intervals": WILSON},
 }
 
@@ -89,8 +98,27 @@ def results_export(name, query, user=None):
     if name == "matrix":
         return matrix_export(results.table("detection"), runs)
     frame = results.table(name)
-    return Table(name, frame, caption=f"{ABOUT[name]} {runs}", paper=frame.rename(columns=HEADERS[name]),
-                 **LAYOUTS.get(name, {}))
+    # the paper's page has no room for the integration column: the leaderboard's groups say it
+    paper = (flakiness_paper(frame) if name == "flakiness"
+             else frame.drop(columns=["integration"], errors="ignore").rename(columns=HEADERS[name]))
+    return Table(name, frame, caption=f"{ABOUT[name]} {runs}", paper=paper, **LAYOUTS.get(name, {}))
+
+
+def flakiness_paper(frame):
+    """The flakiness table narrow enough for a paper's page: one column per question."""
+    return pd.DataFrame({
+        "bug": [f"{bug} ({reproducer})" for bug, reproducer in zip(frame["bug"], frame["reproducer"])],
+        "detector": frame["detector"], "variant": frame["variant"], "seed": frame["seed"], "run": frame["run"],
+        "manifested / expected": [f"{_yes_no(got)} / {_yes_no(want)}"
+                                  for got, want in zip(frame["manifested"], frame["expected"])],
+        "disagrees with": [f"verdict ({verdict})" if why == "verdict" else f"seeds ({seeds})"
+                           for why, verdict, seeds in zip(frame["disagrees_with"], frame["verdict"],
+                                                          frame["seeds_manifested"])],
+    }, dtype=object)
+
+
+def _yes_no(value):
+    return "--" if value is None else "yes" if value else "no"
 
 
 def matrix_export(detection, runs):
@@ -103,20 +131,23 @@ def matrix_export(detection, runs):
 
 
 LEADERBOARD_COLUMNS = [
-    "rank", "detector", "bugs", "beyond_fixed", "caught", "fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate",
+    "rank", "detector", "integration", "bugs", "beyond_fixed", "caught", "detected_runs", "same_rule_as_fixed_runs",
+    "fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate",
     "median_latency_steps", "median_latency_seconds", "median_step_time_ratio", "median_end_to_end_ratio",
 ]
 
 
 def leaderboard_export(board):
-    """The leaderboard page's table: the ranked detectors, then the baseline (rank "baseline"), in the page's order."""
+    """The leaderboard page's tables in the page's order: the drop-in detectors, the opt-in ones (ranked apart), then
+    the baseline (rank "baseline")."""
     baseline = board.baseline
     # the baseline's row when the selection ran it on bugs or clean programs (an evaluation runs plain only for the
     # overhead pairs, which make no row of their own)
     shown = [("baseline", baseline)] if baseline and (baseline.bugs or baseline.false_positives) else []
-    standings = [*((standing.rank, standing) for standing in board.ranked), *shown]
+    standings = [*((standing.rank, standing) for standing in [*board.ranked, *board.opt_in]), *shown]
     frame = pd.DataFrame([[
-        rank, standing.detector, standing.bugs, standing.beyond_fixed, standing.caught,
+        rank, standing.detector, standing.integration, standing.bugs, standing.beyond_fixed, standing.caught,
+        standing.detected_runs, standing.same_rule_as_fixed_runs,
         *(standing.false_positives.get(key) for key in ("fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate")),
         *(standing.latency.get(key) for key in ("median_latency_steps", "median_latency_seconds")),
         *(standing.overhead.get(key) for key in ("median_step_time_ratio", "median_end_to_end_ratio")),
@@ -126,13 +157,16 @@ def leaderboard_export(board):
         return [f"{count}/{bugs}" if bugs else None for count, bugs in zip(frame[column], frame["bugs"])]
 
     paper = pd.DataFrame({
-        "rank": frame["rank"], "detector": frame["detector"], "beyond fixed": of_bugs("beyond_fixed"),
-        "caught": of_bugs("caught"), "FP rate": frame["fp_rate"], "fp_ci_low": frame["fp_ci_low"],
+        "rank": frame["rank"], "detector": frame["detector"], "integration": frame["integration"],
+        "beyond fixed": of_bugs("beyond_fixed"), "caught": of_bugs("caught"),
+        "=fixed runs": [f"{same}/{detected}" if detected else None
+                        for same, detected in zip(frame["same_rule_as_fixed_runs"], frame["detected_runs"])],
+        "FP rate": frame["fp_rate"], "fp_ci_low": frame["fp_ci_low"],
         "fp_ci_high": frame["fp_ci_high"], "per-check FP": frame["per_check_fp_rate"],
         "latency (steps)": frame["median_latency_steps"], "step-time ratio": frame["median_step_time_ratio"],
     })
     return Table("leaderboard", frame, paper=paper, intervals=WILSON,
-                 align={"rank": "r", "beyond fixed": "r", "caught": "r"},
+                 align={"rank": "r", "beyond fixed": "r", "caught": "r", "=fixed runs": "r"},
                  caption=" ".join([ABOUT["leaderboard"], *(["plain runs without a detector: the baseline, not ranked."]
                                                            if shown else []), runs_described(board.results)]))
 

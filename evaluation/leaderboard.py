@@ -1,16 +1,21 @@
 """The leaderboard: one row per detector over the runs a selection takes (``evaluation.results.Results``: a stored
 evaluation, a campaign, or every run the viewer may see), built from the same tables as the results page. Detectors
 are ranked by the bugs they caught *beyond the fixed twin* (``evaluation.metrics.detected_beyond_clean``, counted in
-the detection table); ``plain`` is the baseline the overhead is measured against, shown apart and never ranked."""
+the detection table). Drop-in detectors, which observe the unmodified program, are the headline and are ranked among
+themselves; opt-in detectors, which catch a bug only when the reproducer cooperates (``differential`` reads the
+reference the reproducer computes itself), are ranked apart, below, so that a program's help is never scored as
+detection. ``plain`` is the baseline the overhead is measured against, shown apart and never ranked."""
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.urls import reverse
 
 from core.enums import Variant
+from runners.detectors.base import DROP_IN, INTEGRATIONS
 from runners.models import RunStatus
 
 from .results import Results
+from .tables import integration_of
 
 BASELINE = "plain"  # the detector whose runs the overhead pairs compare against (manage.py evaluate)
 SELECTION = ("evaluation", "campaign")  # the query parameters that choose the runs; the leaderboard has no filter
@@ -21,20 +26,31 @@ class Standing:
     """A detector's row: its bugs, false-positive rate, latency and overhead, and where the runs behind each are."""
 
     detector: str
+    integration: str  # what it needs from the program: drop-in or opt-in (tables.integration_of)
     bugs: int = 0  # bugs with a buggy run under this detector
     caught: int = 0  # bugs with a detected buggy run
     beyond_fixed: int = 0  # bugs with a detection whose rule did not also fire on the fixed twin
+    detected_runs: int = 0  # detected buggy runs, over all its bugs
+    # of those, the runs not detected beyond the fixed twin (the matrix's "=fixed"): every rule that fired also fired
+    # on the fixed run of the same seed, or no fixed run of that seed succeeded to tell them apart
+    same_rule_as_fixed_runs: int = 0
     false_positives: dict = field(default_factory=dict)  # its row of the false-positive table
     latency: dict = field(default_factory=dict)  # its row of the latency table
     overhead: dict = field(default_factory=dict)  # its row of the overhead table
     links: dict = field(default_factory=dict)  # cell name -> URL of the runs (or the table) behind it
-    rank: int | None = None  # None for the baseline
+    rank: int | None = None  # None for the baseline; opt-in detectors have ranks of their own
+
+    @property
+    def registered(self):
+        """Whether its plugin is still registered (else it is ranked with the opt-in detectors, apart)."""
+        return self.integration in INTEGRATIONS
 
 
 @dataclass
 class Leaderboard:
     results: Results
-    ranked: list
+    ranked: list  # the drop-in detectors: the headline
+    opt_in: list  # every other detector, ranked apart
     baseline: Standing | None
 
     @property
@@ -61,19 +77,28 @@ def build_leaderboard(query, user, stored_only=False):
     results = Results(selection_query(query), user)
     if stored_only and results.evaluation is None:
         return None
-    ranked, baseline = results.cached("leaderboard", lambda: _ranked(results))
-    return Leaderboard(results, ranked, baseline)
+    ranked, opt_in, baseline = results.cached("leaderboard", lambda: _ranked(results))
+    return Leaderboard(results, ranked, opt_in, baseline)
 
 
 def _ranked(results):
-    """(the ranked standings, the baseline's or None) of ``results``' tables, with their links."""
+    """(the ranked drop-in standings, the opt-in ones ranked apart, the baseline's or None) of ``results``' tables,
+    with their links."""
     by_detector = standings(*(results.table(name).to_dict("records")
                               for name in ("detection", "false-positives", "latency", "overhead")))
     for name, standing in by_detector.items():
         standing.links = _links(results, name)
     baseline = by_detector.pop(BASELINE)
-    ranked = ranking(by_detector.values())
-    return ranked, baseline if _has_data(baseline) or ranked else None
+    ranked, opt_in = grouped(by_detector.values())
+    return ranked, opt_in, baseline if _has_data(baseline) or ranked or opt_in else None
+
+
+def grouped(standings_):
+    """(the drop-in standings, every other one), each ranked among themselves (``ranking``): an opt-in detector
+    never takes a rank from a drop-in one, however many bugs its reproducers' help lets it catch."""
+    standings_ = list(standings_)
+    return (ranking(s for s in standings_ if s.integration == DROP_IN),
+            ranking(s for s in standings_ if s.integration != DROP_IN))
 
 
 def ranking(standings_):
@@ -94,9 +119,12 @@ def standings(detection, false_positives, latency, overhead):
     for name in {row["detector"] for row in detection}.union(*by_table, {BASELINE}):
         rows = [row for row in detection if row["detector"] == name]
         found[name] = Standing(
-            name, bugs=len({row["bug"] for row in rows if row["buggy_runs"]}),
+            name, integration=integration_of(name), bugs=len({row["bug"] for row in rows if row["buggy_runs"]}),
             caught=len({row["bug"] for row in rows if row["detected_runs"]}),
             beyond_fixed=len({row["bug"] for row in rows if row.get("detected_beyond_fixed_runs")}),
+            detected_runs=sum(row["detected_runs"] or 0 for row in rows),
+            same_rule_as_fixed_runs=sum((row["detected_runs"] or 0) - (row.get("detected_beyond_fixed_runs") or 0)
+                                        for row in rows),
             false_positives=by_table[0].get(name, {}), latency=by_table[1].get(name, {}),
             overhead=by_table[2].get(name, {}))
     return found

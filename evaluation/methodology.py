@@ -11,6 +11,7 @@ from core.enums import Variant
 from core.markdown import markdown_html
 from runners import fitting
 from runners.detectors import all_plugins
+from runners.detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 from runners.models import StabilityCheck
 
 from . import leaderboard, metrics, overhead, tables
@@ -58,6 +59,15 @@ ORACLE = (
     "The trigger step is the ground truth for detection: an alarm before it is a false alarm, and latency counts "
     "from it. Its time (`trigger_time`) is the time at which the trigger step began, for the latency in seconds.",
 )
+INTEGRATION = (
+    "Every detector declares what it needs from the program it watches (its plugin's `integration`, checked when "
+    "it is registered):",
+    "\n".join(f"* **{label}**: {meaning}." for label, meaning in INTEGRATIONS.items()),
+    f"`plain`, which runs the program with no detector, is {DROP_IN} and the baseline, never ranked. The headline "
+    f"ranks the {DROP_IN} detectors among themselves; {OPT_IN} detectors are ranked apart, below them: a reproducer "
+    "that computes its own reference comes close to being its own oracle, so what an opt-in detector catches is the "
+    "reproducer's help as much as detection.",
+)
 CITATION = (
     "Cite a stored evaluation, never the live tables: its ID, the date it was stored, the environment it ran in "
     "(torch version, host) and the commit of the code. The /methodology/ page of a running SilentBench shows them "
@@ -85,6 +95,10 @@ def sections():
             *doc(metrics), *term("Judging a run", metrics.judge_run),
             *term("Beyond the fixed twin", metrics.detected_beyond_clean), *term("Matrix cell", tables.cell_text),
         ), ("evaluation/metrics.py: judge_run, detected_beyond_clean", "evaluation/tables.py: cell_text")),
+        Section("integration", "Drop-in and opt-in detectors", INTEGRATION,
+                ("runners/detectors/base.py: INTEGRATIONS, DetectorPlugin.integration",)),
+        Section("flakiness", "Flakiness", term("Flakiness table", tables.flakiness_table),
+                ("evaluation/tables.py: flakiness_table",)),
         Section("false-positives", "False-positive rates and the Wilson interval", (
             *term("False-positive table", tables.false_positive_table),
             *term("Wilson interval", metrics.wilson_interval),
@@ -102,8 +116,8 @@ def sections():
 
 
 def detectors():
-    """[(name, description, needs_fit)] of every registered detector."""
-    return [(name, plugin.description, plugin.needs_fit) for name, plugin in all_plugins().items()]
+    """[(name, description, needs_fit, integration)] of every registered detector."""
+    return [(name, plugin.description, plugin.needs_fit, plugin.integration) for name, plugin in all_plugins().items()]
 
 
 def markdown_document():
@@ -115,9 +129,9 @@ def markdown_document():
         parts += [f"## {section.title}\n", *(f"{block}\n" for block in section.blocks),
                   f"_Defined in: {'; '.join(section.sources)}._\n"]
     parts.append("## Detectors\n")
-    parts.append("\n".join(f"* `{name}`{' (fits first)' if needs_fit else ''}: {description}"
-                           for name, description, needs_fit in detectors()) + "\n")
-    parts += ["_Defined in: runners/detectors/, each plugin's `description`._\n", "## How to cite\n",
+    parts.append("\n".join(f"* `{name}` ({integration}{', fits first' if needs_fit else ''}): {description}"
+                           for name, description, needs_fit, integration in detectors()) + "\n")
+    parts += ["_Defined in: runners/detectors/, each plugin's `description` and `integration`._\n", "## How to cite\n",
               *(f"{block}\n" for block in CITATION)]
     return "\n".join(parts)
 

@@ -10,7 +10,7 @@ from django.db.models.functions import MD5, Cast
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
 from bugs.selectors import visible_bugs
-from core.caching import cached, digest
+from core.caching import cached, digest, per_request
 from runners.completed import completed_key
 from runners.models import Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
@@ -21,13 +21,16 @@ from .overhead import OVERHEAD_COLUMNS
 from .tables import (
     DETECTION_COLUMNS,
     FALSE_POSITIVE_COLUMNS,
+    FLAKINESS_COLUMNS,
     LATENCY_COLUMNS,
     RUN_LATENCY_COLUMNS,
     detection_table,
     false_positive_table,
+    flakiness_table,
     judged_runs,
     latency_table,
     run_latencies,
+    with_integration,
 )
 
 # table name in URLs -> (key in Evaluation.tables, function over judged runs or None, columns). The columns
@@ -37,7 +40,9 @@ TABLES = {
     "false-positives": ("false_positives", false_positive_table, FALSE_POSITIVE_COLUMNS),
     "latency": ("latency", latency_table, LATENCY_COLUMNS),
     "overhead": ("overhead", None, OVERHEAD_COLUMNS),
+    "flakiness": ("flakiness", flakiness_table, FLAKINESS_COLUMNS),
 }
+WHOLE_ROWS = ("detection", "overhead", "flakiness")  # tables whose rows a bug filter keeps or drops whole
 # A digest of an evaluation's stored tables, computed by the database (Evaluation.tables is read only when used).
 TABLES_DIGEST = MD5(Cast("tables", TextField()))
 
@@ -69,9 +74,11 @@ def results_viewer(user):
     return user if sees_unreviewed(user) else None
 
 
+@per_request
 def latest_evaluation(viewer):
     """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None, with the
-    digest of its tables (``cached_for``)."""
+    digest of its tables (``cached_for``), which the database computes from them: asked once per request (the
+    catalog's leaderboard box and "caught by" column both show it)."""
     return evaluations_for(viewer).annotate(tables_digest=TABLES_DIGEST).first()
 
 
@@ -103,7 +110,8 @@ class Results:
 
     A stored table is used as stored when the filter keeps whole rows of it (detectors, matrix outcome);
     once the filter narrows the bugs, the false-positive and latency tables are recomputed from the
-    evaluation's runs, since their rows pool many bugs. A matrix outcome other than "detected" leaves no
+    evaluation's runs, since their rows pool many bugs. A table that an evaluation did not store (it predates
+    the table: ``computed_now``) is computed from its runs. A matrix outcome other than "detected" leaves no
     latency (``Criteria.keeps_detections``).
     """
 
@@ -124,9 +132,8 @@ class Results:
             self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
-            evaluations = self.evaluations.annotate(tables_digest=TABLES_DIGEST)
-            self.evaluation = (evaluations.filter(pk=evaluation_id) if evaluation_id is not None
-                               else evaluations).first()
+            self.evaluation = (self.evaluations.annotate(tables_digest=TABLES_DIGEST).filter(pk=evaluation_id).first()
+                               if evaluation_id is not None else latest_evaluation(self.viewer))
             if evaluation_id is not None and self.evaluation is None:
                 raise NotFound(f"No evaluation #{evaluation_id}.")
             runs = self.evaluation.campaign.runs.all() if self.evaluation else visible_runs(self.viewer)
@@ -146,14 +153,22 @@ class Results:
         return pd.DataFrame.from_records(self.evaluation.tables.get(key, []), columns=columns)
 
     def table(self, name):
-        """One of TABLES as a DataFrame, filtered, with None for missing values."""
+        """One of TABLES as a DataFrame, filtered, with None for missing values and each detector's integration
+        (drop-in or opt-in: ``tables.with_integration``)."""
         if name not in self._tables:
             self._tables[name] = self.cached(f"table:{name}", lambda: self._compute_table(name))
         return self._tables[name]
 
+    def computed_now(self, name):
+        """Whether table ``name`` of a stored evaluation is computed from its runs because the evaluation predates
+        it (``manage.py evaluate --retabulate ID`` stores it)."""
+        key, compute, _ = TABLES[name]
+        return self.evaluation is not None and compute is not None and key not in self.evaluation.tables
+
     def _compute_table(self, name):
         key, compute, columns = TABLES[name]
-        if self.evaluation is not None and (name in ("detection", "overhead") or not self.criteria.narrows_bugs):
+        if (self.evaluation is not None and not self.computed_now(name)
+                and (name in WHOLE_ROWS or not self.criteria.narrows_bugs)):
             frame = self._stored(key, columns)
         elif compute is None:
             frame = pd.DataFrame.from_records([], columns=columns)  # overhead exists only for a full evaluation
@@ -161,7 +176,8 @@ class Results:
             frame = compute(judged=self.judged)
         if name == "latency" and not self.criteria.keeps_detections:
             frame = frame.iloc[:0]
-        return without_nan(self.criteria.rows(self._visible_rows(frame), outcome=name == "detection"))
+        frame = with_integration(self._visible_rows(frame))
+        return without_nan(self.criteria.rows(frame, outcome=name == "detection"))
 
     def _visible_rows(self, frame):
         """A table without the rows of bugs the viewer may not see (a stored table keeps its bugs' IDs)."""

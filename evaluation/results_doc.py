@@ -1,51 +1,71 @@
 """docs/results.md, rendered from an Evaluation row of the database (never edited by hand)."""
+import json
+
 import pandas as pd
 from django.utils import timezone
 
 from core.exports import export
+from runners.detectors.base import DROP_IN
 
-from .leaderboard import BASELINE, ranking, standings
+from .leaderboard import BASELINE, grouped, standings
 from .overhead import OVERHEAD_COLUMNS
-from .tables import DETECTION_COLUMNS, FALSE_POSITIVE_COLUMNS, LATENCY_COLUMNS, cell_text
+from .tables import (
+    DETECTION_COLUMNS,
+    FALSE_POSITIVE_COLUMNS,
+    FLAKINESS_COLUMNS,
+    LATENCY_COLUMNS,
+    cell_text,
+    flakiness_table,
+    integration_of,
+    with_integration,
+)
+from .traincheck_protocols import DATA_FILE as TRAINCHECK_PROTOCOLS_DATA
+from .traincheck_protocols import comparison_table
 
+NO_FLAKINESS = "_No run disagreed: every oracle verdict matched its bug's verification verdict and its other seeds._"
 FIT_COLUMNS = ["detector", "references", "invariants", "collect_seconds", "infer_seconds", "fit_seconds", "cached"]
 
 
-def _table(records, columns=None):
-    frame = pd.DataFrame.from_records(records, columns=columns)
-    return export(frame, "md") if not frame.empty else "_(none)_\n"
+def _table(records, columns=None, empty="_(none)_"):
+    frame = with_integration(pd.DataFrame.from_records(records, columns=columns))
+    return export(frame, "md") if not frame.empty else f"{empty}\n"
 
 
 def detection_matrix(records):
-    """Bug x detector cells ``detected/buggy`` (plus ``FA`` when the fixed runs alarmed)."""
+    """Bug x detector cells ``detected/buggy`` (plus ``FA`` when the fixed runs alarmed); the header of a detector
+    that is not drop-in names its integration."""
     detectors = sorted({r["detector"] for r in records})
+    headers = {detector: detector if integration_of(detector) == DROP_IN else f"{detector} ({integration_of(detector)})"
+               for detector in detectors}
     cells = {(r["bug"], r["reproducer"], r["detector"]): r for r in records}
     rows = []
     for bug, reproducer in sorted({(r["bug"], r["reproducer"]) for r in records}):
         row = {"bug": f"{bug} ({reproducer})"}
         for detector in detectors:
             cell = cells.get((bug, reproducer, detector))
-            if cell is None:
-                row[detector] = "–"
-                continue
-            row[detector] = cell_text(cell)
+            row[headers[detector]] = "–" if cell is None else cell_text(cell)
         rows.append(row)
-    return _table(rows, ["bug", *detectors])
+    return _table(rows, ["bug", *headers.values()])
 
 
 def headline(tables):
-    """One row per detector, ranked as the leaderboard ranks them (evaluation.leaderboard): by the bugs caught
-    beyond the fixed twin, with the raw detections beside it."""
+    """(drop-in, opt-in): one row per detector, ranked as the leaderboard ranks them (evaluation.leaderboard): by
+    the bugs caught beyond the fixed twin, with the raw detections beside it, the opt-in detectors apart."""
     bugs = len({r["bug"] for r in tables["detection"]})
     found = standings(tables["detection"], tables["false_positives"], tables.get("latency", []), tables["overhead"])
     if not any(r["detector"] == BASELINE for r in tables["detection"]):
         found.pop(BASELINE)
+    return tuple(_headline_rows(group, bugs) for group in grouped(found.values()))
+
+
+def _headline_rows(ranked, bugs):
     rows = []
-    for standing in ranking(found.values()):
+    for standing in ranked:
         fp, overhead = standing.false_positives, standing.overhead
         rows.append({
-            "rank": standing.rank, "detector": standing.detector,
+            "rank": standing.rank, "detector": standing.detector, "integration": standing.integration,
             "beyond_fixed": f"{standing.beyond_fixed}/{bugs}", "bugs_caught": f"{standing.caught}/{bugs}",
+            "same_rule_as_fixed": f"{standing.same_rule_as_fixed_runs}/{standing.detected_runs} runs",
             "fp_rate": fp.get("fp_rate"),
             "fp_95_ci": f"[{fp['fp_ci_low']}, {fp['fp_ci_high']}]" if fp else None,
             "per_check_fp_rate": fp.get("per_check_fp_rate"),
@@ -55,8 +75,30 @@ def headline(tables):
     return _table(rows)
 
 
+def flakiness(evaluation):
+    """The flakiness table as stored, or computed from the runs for an evaluation that predates it."""
+    if "flakiness" in evaluation.tables:
+        return _table(evaluation.tables["flakiness"], FLAKINESS_COLUMNS, empty=NO_FLAKINESS)
+    return (f"Evaluation #{evaluation.pk} predates this table: computed from its runs as this page was written.\n\n"
+            + _table(flakiness_table(evaluation.campaign.runs.all()).to_dict("records"), FLAKINESS_COLUMNS,
+                     empty=NO_FLAKINESS))
+
+
+def traincheck_beside_its_paper():
+    """The three-way table of docs/traincheck-paper.md, from the figures ``manage.py traincheck_protocols`` stored."""
+    if not TRAINCHECK_PROTOCOLS_DATA.is_file():
+        return "_Not measured yet: `manage.py traincheck_protocols` measures it._\n"
+    data = json.loads(TRAINCHECK_PROTOCOLS_DATA.read_text(encoding="utf-8"))
+    benchmark = data.get("benchmark") or {}
+    return (f"Measured by `manage.py traincheck_protocols` on {data.get('measured_at', '?')}; its benchmark column "
+            f"reads evaluation #{benchmark.get('evaluation', '?')}. How each column is measured, and every gap with "
+            f"its evidence (runs, invariants): [traincheck-paper.md](traincheck-paper.md).\n\n"
+            + comparison_table(data))
+
+
 def render(evaluation):
     tables, parameters = evaluation.tables, evaluation.parameters
+    drop_in, opt_in = headline(tables)
     minutes = (evaluation.wall_seconds or 0) / 60
     parts = [
         "# SilentBench results\n",
@@ -73,9 +115,16 @@ def render(evaluation):
         "earlier alarms and any alarm on a clean run (fixed variants and held-out clean pipelines) are false "
         "alarms. FP intervals are Wilson 95%. Overhead is the median over interleaved plain/instrumented pairs.\n",
         "## Summary\n",
-        "Ranked by the bugs caught beyond the fixed twin (a detection whose alarm rule did not also fire on the "
-        "fixed variant of the same seed), as on the dashboard's /leaderboard/; `bugs_caught` counts raw detections.\n",
-        headline(tables),
+        "Drop-in detectors (they observe the unmodified program), ranked by the bugs caught beyond the fixed twin "
+        "(a detection whose alarm rule did not also fire on the fixed variant of the same seed), as on the "
+        "dashboard's /leaderboard/; `bugs_caught` counts raw detections, and `same_rule_as_fixed` the detected runs "
+        "not detected beyond the fixed twin (as the matrix's (=fixed)), of all detected runs.\n",
+        drop_in,
+        "\n### Opt-in detectors, ranked apart\n",
+        "They need the program to cooperate: the reproducer computes a reference and reports it (`compare` "
+        "records), so what they catch is the reproducer's help as much as detection, and it is never ranked "
+        "against the drop-in detectors above.\n",
+        opt_in,
         "\n## Detection matrix\n",
         "Cells: detected buggy runs / buggy runs. FA: false alarms on this bug (before the trigger step, or on "
         "its fixed variant). (=fixed): every qualifying alarm's rule also fired on the fixed variant of the same "
@@ -87,6 +136,12 @@ def render(evaluation):
         f"\n## Overhead ({parameters.get('overhead_workload', '?')}, {parameters.get('pairs', '?')} pairs)\n",
         _table(tables["overhead"], OVERHEAD_COLUMNS),
         "\n## Fit phase\n", _table(tables.get("fits", []), FIT_COLUMNS),
+        "\n## TrainCheck beside its paper\n", traincheck_beside_its_paper(),
+        "\n## Flakiness\n",
+        "Runs whose oracle verdict (manifested or not) disagrees with the bug's verification verdict (a verified "
+        "bug manifests on every buggy run and on no fixed one), or, for a bug whose verdict expects nothing, with "
+        "the other seeds of the same reproducer, variant and detector (`disagrees_with`: verdict or seeds).\n",
+        flakiness(evaluation),
         "\n## Detection per bug and detector\n", _table(tables["detection"], DETECTION_COLUMNS),
     ]
     return "\n".join(parts)

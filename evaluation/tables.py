@@ -3,7 +3,10 @@ from collections import defaultdict
 
 import pandas as pd
 
+from bugs.models import BugStatus
 from core.enums import Variant
+from runners.detectors import all_plugins
+from runners.detectors.base import INTEGRATIONS
 from runners.models import Alarm, Run, RunStatus
 
 from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run, median_or_none, wilson_interval
@@ -23,6 +26,33 @@ LATENCY_COLUMNS = [
 ]
 
 
+UNREGISTERED = "not registered"  # the integration of a detector that runs recorded but the registry no longer holds
+
+
+def integration_of(detector):
+    """Whether the detector named ``detector`` is drop-in or opt-in (``runners.detectors.base.INTEGRATIONS``), as its
+    plugin declares now: stored tables carry no label, so every evaluation, old or new, is labelled alike."""
+    plugin = all_plugins().get(detector)
+    return plugin.integration if plugin else UNREGISTERED
+
+
+def by_integration(detectors):
+    """[(integration, [detector names])] of ``detectors``: drop-in first, then opt-in, then any no longer registered."""
+    order = [*INTEGRATIONS, UNREGISTERED]
+    groups = defaultdict(list)
+    for name in detectors:
+        groups[integration_of(name)].append(name)
+    return [(label, groups[label]) for label in order if groups[label]]
+
+
+def with_integration(frame):
+    """A table with a ``detector`` column, with each detector's ``integration`` as its last column (last, so that
+    the columns of downloads made before it keep their places)."""
+    if "detector" not in frame or "integration" in frame:
+        return frame
+    return frame.assign(integration=[integration_of(name) for name in frame["detector"]])
+
+
 def judged_runs(runs):
     """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all."""
     succeeded = runs.filter(status=RunStatus.SUCCEEDED)
@@ -31,6 +61,7 @@ def judged_runs(runs):
             "id", "variant", "seed", "steps", "trigger_step", "trigger_time", "manifested", "detector__name",
             "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
+            "reproducer_version__reproducer__bug__status",
         )
     )
     alarms = defaultdict(list)
@@ -138,6 +169,49 @@ def latency_table(runs=None, judged=None):
         "max_latency_seconds": _round(max(entry["seconds"], default=None)),
     } for detector, entry in sorted(by_detector.items())]
     return pd.DataFrame.from_records(records, columns=LATENCY_COLUMNS)
+
+
+FLAKINESS_COLUMNS = [
+    "bug", "reproducer", "variant", "detector", "seed", "run", "manifested", "expected", "seeds_manifested",
+    "verdict", "disagrees_with",
+]
+# What a bug's verification verdict says each variant's oracle finds on every seed (bugs.models.BugStatus); a bug
+# with another status (flaky, under review, deprecated) expects nothing, and only its seeds are compared.
+EXPECTED_MANIFESTED = {
+    BugStatus.VERIFIED: {Variant.BUGGY: True, Variant.FIXED: False},
+    BugStatus.UNREPRODUCIBLE: {Variant.BUGGY: False},
+}
+
+
+def flakiness_table(runs=None, judged=None):
+    """Runs of a bug whose oracle verdict (manifested or not) disagrees with what the bug's verification verdict
+    expects, or with its other seeds. A verified bug's buggy variant manifests on every seed and its fixed variant on
+    none, an unreproducible bug's buggy variant on none: a run that does otherwise is listed (`disagrees_with`
+    "verdict"). For a bug whose verdict expects nothing (flaky, not verified yet, deprecated), every run is listed
+    whose reproducer, variant and detector gave different verdicts on different seeds ("seeds").
+    `seeds_manifested` counts the runs of that group that manifested; `verdict` is the bug's status when the table
+    was made."""
+    groups = defaultdict(list)
+    for row, _, _ in _of_bugs(_judged(runs, judged)):
+        if row["manifested"] is not None:
+            groups[(row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
+                    row["variant"], row["detector__name"])].append(row)
+    records = []
+    for (bug, reproducer, variant, detector), rows in sorted(groups.items()):
+        verdict = rows[0]["reproducer_version__reproducer__bug__status"]
+        expected = EXPECTED_MANIFESTED.get(verdict, {}).get(variant)
+        manifested = sum(1 for row in rows if row["manifested"])
+        seeds_disagree = 0 < manifested < len(rows)
+        for row in sorted(rows, key=lambda r: (r["seed"], r["id"])):
+            if expected is None and not seeds_disagree or row["manifested"] == expected:
+                continue
+            records.append({
+                "bug": bug, "reproducer": reproducer, "variant": variant, "detector": detector, "seed": row["seed"],
+                "run": row["id"], "manifested": row["manifested"], "expected": expected,
+                "seeds_manifested": f"{manifested}/{len(rows)}", "verdict": verdict,
+                "disagrees_with": "seeds" if expected is None else "verdict",
+            })
+    return pd.DataFrame.from_records(records, columns=FLAKINESS_COLUMNS)
 
 
 RUN_LATENCY_COLUMNS = ["detector", "bug", "reproducer", "seed", "run", "latency_steps", "latency_seconds", "rule"]

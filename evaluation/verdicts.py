@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce
 from django.template.defaultfilters import pluralize, truncatechars
 
 from bugs.selectors import visible_reproducers
+from core.caching import cached, digest
 from core.enums import Variant
 from runners.models import Alarm, Campaign, Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
@@ -150,10 +151,24 @@ def bug_detections(bug, user):
                 .order_by("-created_at", "-id").first())
     if campaign is None:
         return BugDetections(rows=[])
-    judged = judged_runs(runs.filter(campaign=campaign))
-    rows = [row for row in without_nan(detection_table(judged=judged)).to_dict("records")
-            if row["reproducer"] in reproducers]
-    return BugDetections(rows=rows, campaign=campaign, runs=len(judged))
+    rows, judged = cached(_judged_key(bug, runs.filter(campaign=campaign)), lambda: _detection_rows(
+        judged_runs(runs.filter(campaign=campaign))))
+    return BugDetections(rows=[row for row in rows if row["reproducer"] in reproducers], campaign=campaign,
+                         runs=judged)
+
+
+def _judged_key(bug, runs):
+    """The cache key of the detection rows of ``runs``, succeeded runs of ``bug``: named by their IDs, attempts and
+    finish times (a run's results and alarms are stored as it finishes, and a retry deletes them as it queues the
+    run again: runners.actions) and the bug's status, which the judging reads; a campaign still running is judged
+    again only when one of its runs of the bug has finished since."""
+    state = list(runs.order_by("id").values_list("id", "attempts", "finished_at"))
+    return f"bug-detections:{bug.pk}:{bug.status}:{digest(state)}"
+
+
+def _detection_rows(judged):
+    """(the detection table's records over ``judged``, how many runs were judged)."""
+    return without_nan(detection_table(judged=judged)).to_dict("records"), len(judged)
 
 
 def stored_bug_ids(evaluation):

@@ -11,7 +11,7 @@ from .exports import EXPORT_TABLES, InvalidFilter, results_export
 from .leaderboard import build_leaderboard
 from .methodology import CITATION, detectors, sections
 from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer
-from .tables import matrix
+from .tables import by_integration, matrix
 
 
 def selected_results(request):
@@ -32,8 +32,14 @@ def results(request):
     return render(request, "evaluation/results.html", {
         "evaluation": results.evaluation, "results": results, "summary": results.runs_summary(),
         "filter_form": results.form, "filter_fields": filter_fields(results.form, query), "tables_html": tables_html,
-        "campaigns": results.campaigns.order_by("-created_at")[:50], "evaluations": results.evaluations[:20],
+        "campaigns": results.campaigns.order_by("-created_at").only("id", "name")[:50],
+        "evaluations": dropdown(results.evaluations),
     })
+
+
+def dropdown(evaluations):
+    """The newest 20 of ``evaluations``, with only what their dropdown shows (not their parameters or campaign)."""
+    return evaluations.select_related(None).only("id", "created_at")[:20]
 
 
 def filter_fields(form, query):
@@ -56,7 +62,9 @@ def tables_context(results, query):
         "overhead": overhead.to_dict("records"), "fits": results.fits,
         "heatmap": detection_heatmap(detection), "false_positive_chart": false_positive_chart(false_positives),
         "latency_chart": latency_chart(results.run_latencies()), "overhead_chart": overhead_chart(overhead),
-        "formats": list(EXPORT_FORMATS), "tables": list(TABLES),
+        "formats": list(EXPORT_FORMATS), "tables": list(TABLES), "integrations": by_integration(detectors),
+        "flakiness": results.table("flakiness").to_dict("records"),
+        "flakiness_computed_now": results.computed_now("flakiness"),
     }
 
 
@@ -106,7 +114,7 @@ def leaderboard(request):
         raise Http404(str(error)) from error
     return render(request, "evaluation/leaderboard.html", {
         "board": board, "summary": board.runs_summary(),
-        "evaluations": board.results.evaluations[:20],
+        "evaluations": dropdown(board.results.evaluations),
     })
 
 

@@ -9,10 +9,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from core.caching import cached_many, digest
+from core.caching import cached, cached_many, digest
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .completed import cached_status_counts
+from .detectors.base import INTEGRATIONS
 from .models import Alarm, Campaign, CampaignState, Detector, Run, RunFailureKind, Variant
 from .permissions import CanTriggerCampaigns
 from .plans import MAX_SEED, MAX_SEEDS, MAX_STEPS, CampaignPlan
@@ -32,11 +33,15 @@ class DetectorListingSerializer(DetectorSerializer):
     needs_fit = serializers.BooleanField(read_only=True, allow_null=True,
                                          help_text="It learns from clean reference pipelines before its runs; null "
                                                    "when this plugin is no longer registered.")
+    integration = serializers.ChoiceField(
+        choices=list(INTEGRATIONS), read_only=True, allow_null=True,
+        help_text="drop-in: it observes the unmodified program; opt-in: it needs the program to cooperate (the "
+                  "reproducer reports a reference it computes); null when this plugin is no longer registered.")
     current = serializers.BooleanField(read_only=True, help_text="The plugin's current version with its default "
                                                                  "config: what a campaign naming it runs.")
 
     class Meta(DetectorSerializer.Meta):
-        fields = [*DetectorSerializer.Meta.fields, "needs_fit", "current"]
+        fields = [*DetectorSerializer.Meta.fields, "needs_fit", "integration", "current"]
 
 
 class DetectorViewSet(viewsets.ReadOnlyModelViewSet):
@@ -156,13 +161,21 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         """A page of runs, each serialized once for its state: the page is read with the fields that change as a
         run is claimed, runs, is requeued, fails or finishes (its results and alarms are stored with
         ``finished_at``, and a retry deletes them as it queues the run again: runners.actions), and only the runs
-        in a state not serialized yet are read whole. A run's representation is the same for every reader."""
+        in a state not serialized yet are read whole. A run's representation is the same for every reader. The
+        page as a whole is kept too, under the keys of its runs, so that a page seen before is one read of the
+        cache rather than one per run."""
         page = self.paginate_queryset(self.filter_queryset(visible_runs(request.user)).only(*RUN_STATE))
         state = [Run._meta.get_field(name).attname for name in RUN_STATE]
         keys = {run.pk: f"api-run:{run.pk}:{digest([getattr(run, name) for name in state])}" for run in page}
-        serialized = cached_many(keys, lambda pks: {  # runs of the page: visible to the reader
+        return self.get_paginated_response(cached(f"api-runs:{digest(list(keys.values()))}",
+                                                  lambda: self.representations(keys)))
+
+    def representations(self, keys):
+        """The representations of a page's runs ({run id: key of its state}, in the page's order), each kept under
+        its key; those not kept are read whole, in one query (runs of the page: visible to the reader)."""
+        serialized = cached_many(keys, lambda pks: {
             run.pk: self.get_serializer(run).data for run in serialized_runs(Run.objects.filter(pk__in=pks))})
-        return self.get_paginated_response([serialized[run.pk] for run in page])
+        return [serialized[pk] for pk in keys]
 
 
 class CampaignSerializer(serializers.ModelSerializer):

@@ -27,8 +27,12 @@ def reference_versions(config, version):
     """The clean pipelines to fit on for a run of ``version``, never the program under test itself.
 
     ``fit_pipelines`` in the reproducer.yaml (the seed table's "Input To Infer Necessary Invariants")
-    wins; else the detector config's ``fit_pipelines``; else every clean reference pipeline.
+    wins; else the detector config's ``fit_pipelines``; else every clean reference pipeline. The one
+    exception is a config with ``fit_on_self`` (TrainCheck's paper protocol, evaluation.traincheck_protocols):
+    the fixed variant of ``version`` itself, run at the config's ``fit_seed``, "a clean run of the same pipeline".
     """
+    if config.get("fit_on_self"):
+        return [version]
     names = version.manifest.get("fit_pipelines") or config.get("fit_pipelines")
     candidates = {v.reproducer.name: v for v in runnable_versions(pipelines=True)
                   if v.reproducer_id != version.reproducer_id}

@@ -32,13 +32,15 @@ def _default_record_key(plugin):
 
 
 def with_plugin_facts(detectors):
-    """The Detectors, each given ``needs_fit`` (None when its plugin is no longer registered) and ``current``:
-    whether it is its plugin's current version with the default config, what a campaign naming it runs."""
+    """The Detectors, each given ``needs_fit`` and ``integration`` (drop-in or opt-in; both None when its plugin is
+    no longer registered) and ``current``: whether it is its plugin's current version with the default config, what a
+    campaign naming it runs."""
     plugins = all_plugins()
     current = {_default_record_key(plugin) for plugin in plugins.values()}
     for detector in detectors:
         plugin = plugins.get(detector.name)
         detector.needs_fit = plugin.needs_fit if plugin else None
+        detector.integration = plugin.integration if plugin else None
         detector.current = (detector.name, detector.version, detector.config_hash) in current
     return detectors
 

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from bugs.models import BugStatus, ReproducerVersion
 from bugs.selectors import hidden_versions
+from core.caching import per_request
 
 from .models import Alarm, Campaign, CampaignPurpose, Run, Worker
 
@@ -36,10 +37,11 @@ def dispatched_runs():
     return Run.objects.exclude(campaign__purpose=CampaignPurpose.OVERHEAD)
 
 
+@per_request
 def _hidden_versions_that_ran(user):
     """The hidden versions (bugs.selectors), as a subquery, when one of them has runs; else None. Code is hidden
     after it ran only rarely, and then nothing is filtered: one EXISTS query instead of an exclusion that scans
-    every run or alarm counted."""
+    every run or alarm counted, asked once per request (a page asks it for its runs, campaigns and evaluations)."""
     hidden = hidden_versions(user)
     if hidden is None or not hidden.filter(Exists(Run.objects.filter(reproducer_version=OuterRef("pk")))).exists():
         return None

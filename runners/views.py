@@ -10,12 +10,13 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-from core.caching import cached
+from core.caching import cached, digest
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
@@ -77,30 +78,41 @@ def count_runs(campaigns):
 def campaign_context(request, campaign):
     """What the campaign page shows, and what its live part refreshes: progress, failures and their kinds,
     one page of runs (``?status=`` and ``?kind=`` filter them). The counts of a completed campaign come from the
-    cache (``runners.completed``); the page of runs is read by the index, whatever the campaign's size."""
+    cache (``runners.completed``), and so does the part with its failures and page of runs (``runs_part``), rendered
+    once for the query string and for whether the reader may queue campaigns (the runs table offers it); the page
+    of runs is read by the index, whatever the campaign's size."""
     status = request.GET.get("status", "")
+    status = status if status in RunStatus.values else ""
     kind = request.GET.get("kind", "")
+    kind = kind if kind in RunFailureKind.values else ""
+    progress = campaign.progress(cached_status_counts([campaign])[campaign.pk])
+    failure_kinds = cached(completed_key(campaign, "failure-kinds"), lambda: failure_counts(campaign.runs.all()))
+    context = {"campaign": campaign, "progress": progress, "status": status, "statuses": RunStatus.choices,
+               "kind": kind, "kind_label": RunFailureKind(kind).label if kind else "",
+               "failure_kinds": breakdown(failure_kinds),
+               "live": campaign.state == CampaignState.RUNNING and progress["done"] < progress["total"]}
+    may_queue = request.user.has_perm(TRIGGER_PERMISSION)
+    context["runs_part"] = cached(
+        completed_key(campaign, f"runs-part:{may_queue}:{digest(request.GET.urlencode())}"),
+        lambda: render_to_string("runners/campaign_runs.html", {
+            **context, **page_of_runs(request, campaign, status, kind), "request": request}))
+    return context
+
+
+def page_of_runs(request, campaign, status, kind):
+    """The page of the campaign's runs that ``request`` asks for, of this status and failure kind, as a table, and
+    the first 20 failures."""
     runs = runs_for_listing(campaign.runs.order_by("id"))
-    if status in RunStatus.values:
+    if status:
         runs = runs.filter(status=status)
-    else:
-        status = ""
-    if kind in RunFailureKind.values:
+    if kind:
         runs = runs.filter(failure_kind=kind)
-    else:
-        kind = ""
     paginator = Paginator(runs, 100)
     paginator.count = cached(completed_key(campaign, f"runs:{status}:{kind}"), runs.count)
     page = paginator.get_page(request.GET.get("page"))
-    runs_html = run_rows(page.object_list, request.user, show_bug=True, status=status, kind=kind)
-    failures = runs_for_listing(campaign.runs.filter(status=RunStatus.FAILED).order_by("id"))[:20]
-    progress = campaign.progress(cached_status_counts([campaign])[campaign.pk])
-    failure_kinds = cached(completed_key(campaign, "failure-kinds"), lambda: failure_counts(campaign.runs.all()))
-    return {"campaign": campaign, "progress": progress, "page_obj": page, "runs_html": runs_html,
-            "failures": failures, "status": status, "statuses": RunStatus.choices,
-            "kind": kind, "kind_label": RunFailureKind(kind).label if kind else "",
-            "failure_kinds": breakdown(failure_kinds),
-            "live": campaign.state == CampaignState.RUNNING and progress["done"] < progress["total"]}
+    return {"page_obj": page,
+            "runs_html": run_rows(page.object_list, request.user, show_bug=True, status=status, kind=kind),
+            "failures": runs_for_listing(campaign.runs.filter(status=RunStatus.FAILED).order_by("id"))[:20]}
 
 
 def campaign_detail(request, pk):
@@ -131,14 +143,14 @@ def campaign_new(request):
     preview = None
     if request.method == "POST" and form.is_valid():
         plan = form.plan
-        digest = plan.digest()
-        if "confirm" in request.POST and request.POST.get("plan") == digest:
+        plan_digest = plan.digest()
+        if "confirm" in request.POST and request.POST.get("plan") == plan_digest:
             campaign = do_create_campaign(form.cleaned_data["name"], plan, acting_user=request.user)
             messages.success(request, f"Campaign queued: {len(plan.runs)} runs.")
             return redirect(campaign)
         if "confirm" in request.POST:
             messages.warning(request, "The choices changed since the preview: check the new count, then confirm.")
-        preview = {**plan.estimate(), "versions": plan.versions, "plan": digest,
+        preview = {**plan.estimate(), "versions": plan.versions, "plan": plan_digest,
                    "workers": live_workers().count(), "window": settings.SILENTBENCH_WORKER_SEEN_MINUTES}
         preview["minutes"] = math.ceil(preview["seconds"] / 60)
         preview["minutes_spread"] = math.ceil(preview["seconds"] / 60 / max(1, preview["workers"]))

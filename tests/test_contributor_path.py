@@ -204,7 +204,7 @@ def test_the_detectors_api_lists_every_registered_detector_without_writing():
         plugin = plugins[item["name"]]
         assert item == {"id": None, "name": plugin.name, "version": plugin.version, "config": plugin.config(),
                         "config_hash": config_hash(plugin.config()), "description": plugin.description,
-                        "needs_fit": plugin.needs_fit, "current": True}
+                        "needs_fit": plugin.needs_fit, "integration": plugin.integration, "current": True}
     assert any(item["needs_fit"] for item in listed) and not all(item["needs_fit"] for item in listed)
     assert Detector.objects.count() == 0
 
@@ -218,6 +218,7 @@ def test_the_detectors_api_merges_recorded_detectors_with_the_registry():
     assert listed[("plain", plain.pk)]["current"] and ("plain", None) not in listed
     assert not listed[("nan_inf", tuned.pk)]["current"] and listed[("nan_inf", None)]["current"]
     assert listed[("crystal_ball", gone.pk)]["needs_fit"] is None and not listed[("crystal_ball", gone.pk)]["current"]
+    assert listed[("crystal_ball", gone.pk)]["integration"] is None
     assert [(item["name"], item["id"]) for item in listed_detectors("?name=nan_inf")] == [
         ("nan_inf", tuned.pk), ("nan_inf", None)]
     assert [item["id"] for item in listed_detectors("?name=traincheck")] == [None]

@@ -10,8 +10,10 @@ import subprocess
 import pytest
 from django.core.management import CommandError, call_command
 
+from bugs.models import Bug, BugStatus
 from evaluation.actions import run_tables
 from evaluation.exports import ABOUT, EXPORT_TABLES
+from runners.models import Run
 
 from .factories import BugFactory, CampaignFactory, EnvironmentFactory, EvaluationFactory
 from .helpers import HOSTILE, make_runs
@@ -75,9 +77,12 @@ def download(client, name):
 
 @pytest.fixture
 def evaluation():
-    """A stored evaluation of the two test bugs (make_runs) with an overhead row, run on torch 2.13.0+cpu."""
+    """A stored evaluation of the two test bugs (make_runs) with an overhead row, run on torch 2.13.0+cpu; TEST-A is
+    verified, but one of its fixed runs manifested (a row of the flakiness table)."""
     campaign = CampaignFactory(name="evaluation")
-    make_runs(campaign=campaign, environment=EnvironmentFactory(torch="2.13.0+cpu"))
+    runs = make_runs(campaign=campaign, environment=EnvironmentFactory(torch="2.13.0+cpu"))
+    Bug.objects.filter(bug_id="TEST-A").update(status=BugStatus.VERIFIED)
+    Run.objects.filter(pk=runs["plain_fixed"].pk).update(manifested=True)
     return EvaluationFactory(campaign=campaign, tables={**run_tables(campaign.runs.all()), "overhead": OVERHEAD},
                              parameters={"traincheck": "0.2.0"})
 
@@ -112,8 +117,10 @@ def test_the_paper_layout(client, evaluation):
     assert [(row["bug"], row["reproducer"], row["plain"]) for row in client.get("/results/matrix.json").json()] == [
         ("TEST-A", "cpu", "0/1"), ("TEST-B", "cpu", None), ("TEST-B", "cuda", None)]
     board = client.get("/results/leaderboard.tex").content.decode()
-    assert "1 & param\\_not\\_updated & 1/2 & 2/2 & 0.5 & [0.095, 0.905] & -- & 2 & 1.0165 \\\\" in board
-    assert "baseline & plain & 0/1 & 0/1 & 0.0 & [0.000, 0.793] & -- & -- & -- \\\\" in board
+    # seed 1 of TEST-A has no fixed run to tell it from, TEST-B's cuda detection raised its fixed twin's rule
+    assert "1 & param\\_not\\_updated & drop-in & 1/2 & 2/2 & 2/3 & 0.5 & [0.095, 0.905] & -- & 2 & 1.0165 \\\\" \
+        in board
+    assert "baseline & plain & drop-in & 0/1 & 0/1 & -- & 0.0 & [0.000, 0.793] & -- & -- & -- \\\\" in board
     assert [(row["rank"], row["detector"], row["beyond_fixed"], row["bugs"])
             for row in client.get("/results/leaderboard.json").json()] == [
         (1, "param_not_updated", 1, 2), ("baseline", "plain", 0, 1)]

@@ -106,9 +106,9 @@ def test_the_page_says_what_it_shows(client, runs):
 def test_every_number_links_to_the_runs_behind_it(client, runs):
     page = client.get(reverse("leaderboard")).content.decode()
     links = hrefs(page, "traincheck")
-    results_link, beyond, caught, fp_rate, latency = links
+    results_link, beyond, caught, same_rule_as_fixed, fp_rate, latency = links
     assert results_link == reverse("evaluation:results") + "?detector=traincheck#detection-matrix"
-    assert beyond == caught and latency.endswith("#latency")
+    assert beyond == caught == same_rule_as_fixed and latency.endswith("#latency")
     buggy = client.get(caught).json()
     assert len(buggy["results"]) == 2 and {r["variant"] for r in buggy["results"]} == {"buggy"}
     clean = client.get(fp_rate).json()

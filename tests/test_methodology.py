@@ -41,7 +41,7 @@ def statements(thing):
 
 
 DEFINITIONS = [metrics, metrics.judge_run, metrics.detected_beyond_clean, metrics.wilson_interval,
-               tables.false_positive_table, tables.latency_table, tables.cell_text, overhead]
+               tables.false_positive_table, tables.latency_table, tables.cell_text, tables.flakiness_table, overhead]
 
 
 def test_the_page_holds_the_metric_definitions_the_code_uses(client):

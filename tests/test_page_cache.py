@@ -10,9 +10,13 @@ import sys
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections, connection
+from django.template import Context, Template
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from bugs.models import Bug, Reproducer, ReproducerVersion
 from core import caching
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
@@ -186,6 +190,107 @@ def test_a_new_stability_check_is_drawn(client):
     assert "second-host" in get(client, url)[1]
 
 
+# --- Rendered once for the same content: parts of pages named by what was read ---
+
+class Probe:
+    """Counts the renderings of a fragment that shows it."""
+
+    def __init__(self):
+        self.renderings = 0
+
+    def __str__(self):
+        self.renderings += 1
+        return str(self.renderings)
+
+
+def test_a_fragment_is_rendered_once_for_the_same_rows():
+    bug = Bug.objects.get(pk=BugFactory(title="first").pk)  # as a page reads it
+    page = Template("{% load fragments %}{% cached_fragment 'test' bug live %}{{ probe }} {{ bug.title }}"
+                    "{% endcached_fragment %}")
+    probe = Probe()
+
+    def render(bug, live="no"):
+        return page.render(Context({"probe": probe, "bug": bug, "live": live}))
+
+    assert render(bug) == "1 first" and render(Bug.objects.get(pk=bug.pk)) == "1 first"
+    Bug.objects.filter(pk=bug.pk).update(title="second")  # as an update() does: updated_at stays as it was
+    assert render(Bug.objects.get(pk=bug.pk)) == "2 second"
+    assert render(bug, live=None) == "3 first" and render(bug, live=None) == "4 first"  # None: what may still change
+
+
+def test_what_was_read_names_the_related_rows_and_reads_nothing_more():
+    version = ReproducerVersionFactory()
+    bugs = Bug.objects.prefetch_related("reproducers__versions")
+    before = caching.digest(caching.loaded_state(bugs.get(pk=version.reproducer.bug_id)))  # children point back
+    assert caching.digest(caching.loaded_state(bugs.get(pk=version.reproducer.bug_id))) == before
+    ReproducerVersion.objects.filter(pk=version.pk).update(review_state="rejected")
+    assert caching.digest(caching.loaded_state(bugs.get(pk=version.reproducer.bug_id))) != before
+    deferred = Bug.objects.only("bug_id").get(pk=version.reproducer.bug_id)
+    with CaptureQueriesContext(connection) as captured:
+        assert "title" not in dict(caching.loaded_state(deferred)[1:])
+    assert len(captured) == 0
+
+
+def test_the_catalog_shows_each_change_to_its_rows(client):
+    evaluation, runs = completed_evaluation()
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-C", title="first")))
+
+    def rows():
+        return {row["ID"]: row for row in table(get(client, "/")[1], "bug-list")}
+
+    assert rows() == rows() and rows()["TEST-A"]["Caught by"] == "param_not_updated"
+    assert rows()["TEST-C"]["Title"] == "first" and rows()["TEST-C"]["Stability"] == "not verified"
+    Bug.objects.filter(bug_id="TEST-C").update(title="second")  # updated_at stays as it was
+    StabilityCheckFactory(reproducer_version=version, seeds=3, buggy_manifested=2)
+    AlarmFactory(run=runs["clean"], step=5, rule="no_parameter_updated")  # now on the fixed twin too
+    do_retabulate_evaluation(evaluation, acting_user=None)
+    changed = rows()
+    assert changed["TEST-C"]["Title"] == "second" and changed["TEST-C"]["Stability"].startswith("Flaky 2/3")
+    assert changed["TEST-A"]["Caught by"] == "none"
+
+
+def test_the_bugs_api_shows_each_change_to_a_bug(client):
+    reproducer = ReproducerFactory(bug=BugFactory(bug_id="TEST-API", title="first"))
+    ReproducerVersionFactory(reproducer=reproducer)
+
+    def listed():
+        return client.get("/api/bugs/").json()["results"]
+
+    assert listed() == listed() and listed()[0]["title"] == "first"
+    Bug.objects.filter(bug_id="TEST-API").update(title="second")
+    Reproducer.objects.filter(pk=reproducer.pk).update(fidelity_note="changed")  # as a new version's manifest does
+    pending = ReproducerVersionFactory(reproducer=reproducer, files={"repro.py": "print(2)\n"}, review_state="pending")
+    [bug] = listed()
+    assert bug["title"] == "second" and bug["reproducers"][0]["fidelity_note"] == "changed"
+    assert len(bug["reproducers"][0]["versions"]) == 1  # the pending version is not the public's
+    ReproducerVersion.objects.filter(pk=pending.pk).update(review_state="approved")
+    assert len(listed()[0]["reproducers"][0]["versions"]) == 2
+
+
+def test_a_bug_judged_from_a_running_campaign_shows_each_run_as_it_finishes(client):
+    """No stored evaluation ran the bug: its page judges the latest campaign's runs of it, once for the same runs."""
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-LIVE")))
+    campaign, guard = CampaignFactory(), detector_record("param_not_updated")  # not completed: still running
+
+    def run(seed, **fields):
+        return RunFactory(reproducer_version=version, detector=guard, campaign=campaign, seed=seed, steps=10,
+                          trigger_step=3, **fields)
+
+    AlarmFactory(run=run(0, status="succeeded", manifested=True, finished_at=timezone.now()), step=5,
+                 rule="no_parameter_updated")
+    running = run(1, status="running")
+
+    def detected():
+        return table(get(client, "/bugs/TEST-LIVE/")[1], "bug-detections")[0]["Detected / buggy runs"]
+
+    assert detected() == "1/1" and detected() == "1/1"
+    Run.objects.filter(pk=running.pk).update(status=RunStatus.SUCCEEDED, manifested=True, finished_at=timezone.now())
+    assert detected() == "1/2"
+    AlarmFactory(run=running, step=4, rule="no_parameter_updated")  # retried, it finished again with an alarm
+    Run.objects.filter(pk=running.pk).update(attempts=2, finished_at=timezone.now())
+    assert detected() == "2/2"
+
+
 # --- The runs API: pages by cursor ---
 
 def test_the_runs_api_pages_by_cursor_at_the_same_cost(client):
@@ -249,6 +354,32 @@ def test_another_version_of_the_code_computes_anew(monkeypatch):
     assert caching.cached("k", lambda: computed.append(3) or "new") == "new"
     assert caching.cached(None, lambda: computed.append(4) or "live") == "live"
     assert computed == [1, 3, 4]
+
+
+def test_a_question_is_asked_once_per_reading_request():
+    asked = []
+
+    @caching.per_request
+    def question(user):
+        asked.append(user)
+        return len(asked)
+
+    def send(signal, **arguments):
+        """A request's signal, as Django's test client sends it (without closing the test's database connection)."""
+        signal.disconnect(close_old_connections)
+        try:
+            signal.send(sender=None, **arguments)
+        finally:
+            signal.connect(close_old_connections)
+
+    assert [question(None), question(None)] == [1, 2]  # outside a request: every time
+    send(request_started, environ={"REQUEST_METHOD": "GET"})
+    assert [question(None), question(None), question("someone"), question(None)] == [3, 3, 4, 3]
+    send(request_finished)
+    assert question(None) == 5
+    send(request_started, environ={"REQUEST_METHOD": "POST"})  # it may change what the answer depends on
+    assert [question(None), question(None)] == [6, 7]
+    send(request_finished)
 
 
 def check(tmp_path, **variables):

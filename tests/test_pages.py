@@ -157,7 +157,8 @@ def test_latency_and_per_check_rate_tables(client, results):
     latency = client.get("/results/latency.json").json()
     assert latency == [{"detector": "param_not_updated", "bugs_detected": 1, "detected_runs": 1,
                         "median_latency_steps": 2, "max_latency_steps": 2, "median_latency_seconds": 5.0,
-                        "max_latency_seconds": 5.0}]  # alarm at step 5 (t=105), trigger step 3 began at t=100
+                        "max_latency_seconds": 5.0, "integration": "drop-in"}]  # alarm at step 5 (t=105), trigger
+    # step 3 began at t=100
     fp = {row["detector"]: row for row in client.get("/results/false-positives.json").json()}
     assert fp["param_not_updated"]["per_check_fp_rate"] == 0.015  # 3 of 200 rules failed on the one clean run
     assert fp["plain"]["per_check_fp_rate"] is None

@@ -1,4 +1,4 @@
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 @register
@@ -7,6 +7,7 @@ class AutogradAnomaly(DetectorPlugin):
 
     name = "detect_anomaly"
     version = "1"
+    integration = DROP_IN
     description = (
         "Turns on torch.autograd.set_detect_anomaly(True) for the whole run. When backward() raises because a "
         "backward function returned NaN, the error becomes an alarm at the current step and the step carries on "

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 registered_plugins = {}
+# What a detector needs from the program it watches (``DetectorPlugin.integration``), and what each label means.
+DROP_IN = "drop-in"
+OPT_IN = "opt-in"
+INTEGRATIONS = {
+    DROP_IN: "observes the unmodified program: nothing in the reproducer is written for it",
+    OPT_IN: "needs the program to cooperate, such as computing a reference itself and reporting it (compare records)",
+}
 ALARM_KEY_ENV = "SILENTBENCH_ALARM_KEY"  # the run's alarm key (hex), for the probe of an instrumented run
 
 
@@ -18,9 +25,13 @@ def alarm_mac(key, record):
 
 
 def register(cls):
-    """Class decorator: add a detector plugin to the registry under ``cls.name``."""
+    """Class decorator: add a detector plugin to the registry under ``cls.name``; its module must say whether it
+    is drop-in or opt-in (``integration``)."""
     if cls.name in registered_plugins:
         raise ValueError(f"two detectors are named {cls.name!r}")
+    if cls.integration not in INTEGRATIONS:
+        raise ValueError(f"detector {cls.name!r} sets integration = {cls.integration!r}; "
+                         f"it must be one of {', '.join(map(repr, INTEGRATIONS))}")
     registered_plugins[cls.name] = cls()
     return cls
 
@@ -29,14 +40,17 @@ class DetectorPlugin:
     """A detector. Subclasses set the metadata and implement ``install``.
 
     ``install(probe)`` runs once in every process of an instrumented reproducer (every rank),
-    before the reproducer's own code. It observes the unmodified program through global hooks
-    and reports problems with ``probe.alarm``. A detector with ``needs_fit`` also implements ``fit``
-    (and, when it drives an outside tool, ``tool_version``).
+    before the reproducer's own code. It observes the program through global hooks and reports
+    problems with ``probe.alarm``. ``integration`` says whether the detector works on the
+    unmodified program (drop-in) or needs the program to cooperate (opt-in: ``INTEGRATIONS``).
+    A detector with ``needs_fit`` also implements ``fit`` (and, when it drives an outside tool,
+    ``tool_version``).
     """
 
     name = ""
     version = "0"
     description = ""
+    integration = ""  # DROP_IN or OPT_IN (INTEGRATIONS): each plugin's module says which
     default_config = {}
     instruments = True  # False when nothing is injected into the process (plain, or an outer command)
     needs_fit = False  # True: ``fit`` must produce an artifact from clean reference pipelines first

@@ -1,4 +1,4 @@
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 @register
@@ -7,6 +7,7 @@ class CrossRankConsistency(DetectorPlugin):
 
     name = "cross_rank_consistency"
     version = "2"
+    integration = DROP_IN
     description = (
         "In a torch.distributed run, all-gathers a checksum of every parameter an optimizer owns. Parameters "
         "whose checksums agree on all ranks before the first step are replicas (data-parallel copies, "

@@ -10,7 +10,7 @@ detector cannot see what it was not shown.
 """
 import math
 
-from .base import DetectorPlugin, register
+from .base import OPT_IN, DetectorPlugin, register
 
 
 def mismatch(value, reference, rtol, atol):
@@ -29,6 +29,7 @@ def mismatch(value, reference, rtol, atol):
 class DifferentialReference(DetectorPlugin):
     name = "differential"
     version = "1"
+    integration = OPT_IN  # it sees only what a reproducer written for it reports (compare records)
     description = ("Compares a quantity the reproducer computes two ways (opt-in compare records); alarms at the "
                    "first step where they disagree beyond atol + rtol * |reference|.")
     default_config = {"rtol": 1e-3, "atol": 1e-6}

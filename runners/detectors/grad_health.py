@@ -1,4 +1,4 @@
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 @register
@@ -7,6 +7,7 @@ class GradientHealth(DetectorPlugin):
 
     name = "grad_health"
     version = "1"
+    integration = DROP_IN
     description = (
         "Around every optimizer step: vanishing gradient when the mean |g| over all gradients < `vanishing` "
         "(smdebug VanishingGradient); exploding gradient when the global grad norm exceeds `exploding_factor` x "

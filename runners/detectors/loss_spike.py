@@ -3,7 +3,7 @@ import math
 import statistics
 from collections import deque
 
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 def watch_losses(probe, on_loss):
@@ -28,6 +28,7 @@ class MegatronLossSpike(DetectorPlugin):
 
     name = "loss_spike_megatron"
     version = "1"
+    integration = DROP_IN
     description = ("Alarms when a loss is >= factor x the maximum of the first `window` losses (Megatron-LM's "
                    "rule; until the window is full, the maximum of the losses seen so far).")
     default_config = {"factor": 10.0, "window": 100}
@@ -52,6 +53,7 @@ class ZScoreLossSpike(DetectorPlugin):
 
     name = "loss_spike_zscore"
     version = "1"
+    integration = DROP_IN
     description = ("Alarms when (loss - mean) / std over the previous `window` losses exceeds `z`, once at least "
                    "`min_samples` losses were seen.")
     default_config = {"window": 20, "z": 6.0, "min_samples": 8}

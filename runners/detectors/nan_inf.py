@@ -1,6 +1,6 @@
 import math
 
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 @register
@@ -9,6 +9,7 @@ class NanInfDetector(DetectorPlugin):
 
     name = "nan_inf"
     version = "1"
+    integration = DROP_IN
     description = (
         "Alarms when the tensor that backward() starts from (the loss) is NaN or Inf, and when any "
         "gradient owned by an optimizer holds a NaN or Inf just before optimizer.step()."

@@ -1,4 +1,4 @@
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 @register
@@ -7,6 +7,7 @@ class ParamNotUpdatedDetector(DetectorPlugin):
 
     name = "param_not_updated"
     version = "1"
+    integration = DROP_IN
     description = (
         "Snapshots every parameter an optimizer owns before optimizer.step() and compares after it. "
         "Alarms when the step changed none of them, or left unchanged a parameter whose gradient "

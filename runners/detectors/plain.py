@@ -1,4 +1,4 @@
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 
 @register
@@ -7,5 +7,6 @@ class PlainBaseline(DetectorPlugin):
 
     name = "plain"
     version = "1"
+    integration = DROP_IN  # the baseline: it observes nothing, and the program runs as written
     description = "No instrumentation at all; the baseline that overhead is measured against."
     instruments = False

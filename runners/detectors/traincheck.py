@@ -42,7 +42,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..sandbox import run_sandboxed
-from .base import DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, register
 
 WORK_DIR = ".traincheck"
 MAX_ALARMS = 500
@@ -251,6 +251,17 @@ def read_json_stream(text):
         objects.append(value)
 
 
+def deployed_invariants(fit_artifact, top=None):
+    """The invariants a run checks: every one of the fit (``top`` None), or only the ``top`` with the most positive
+    examples, in the fit's order (config ``deploy_top``: the paper's selective checking deploys 100)."""
+    lines = [line for line in fit_artifact.splitlines() if line.strip()]
+    if top is None or len(lines) <= top:
+        return fit_artifact
+    support = [json.loads(line).get("num_positive_examples") or 0 for line in lines]
+    kept = sorted(sorted(range(len(lines)), key=lambda index: -support[index])[:top])
+    return "".join(f"{lines[index]}\n" for index in kept)
+
+
 def violation_alarms(failed, step_times):
     """One alarm per violated invariant, at the step of its earliest violating trace record.
 
@@ -347,6 +358,7 @@ def _run_tool(argv, workdir, env, limits, phase, preload="traincheck"):
 class TrainCheck(DetectorPlugin):
     name = "traincheck"
     version = "1"
+    integration = DROP_IN  # TrainCheck instruments its own copy of the unmodified script
     description = ("TrainCheck (traincheck 0.2.0): invariants inferred from clean reference pipelines, checked on a "
                    "selective trace of the run. One alarm per violated invariant.")
     default_config = {
@@ -356,6 +368,9 @@ class TrainCheck(DetectorPlugin):
         # to measure false positives on programs not used to fit (None: every pipeline but the one under test)
         "fit_pipelines": ["cnn-sgd-momentum", "ddp-gloo", "lstm-lm", "mlp-adam"],
         "fit_seed": 0,
+        # Optional, absent by default: "deploy_top": N checks only the N best-supported invariants
+        # (deployed_invariants); "fit_on_self": True fits on the fixed variant of the program under test
+        # (runners.fitting.reference_versions). Both serve the paper's protocol (evaluation.traincheck_protocols).
     }
     instruments = False  # no probe: TrainCheck's instrumented copy of the script runs instead
     preload = "traincheck"
@@ -373,9 +388,9 @@ class TrainCheck(DetectorPlugin):
     def command(self, argv, context):
         base = context.workdir / WORK_DIR
         base.mkdir(exist_ok=True)
-        invariants = base / "invariants.json"
-        invariants.write_text(context.fit_artifact)
         config = self.config(context.config)
+        invariants = base / "invariants.json"
+        invariants.write_text(deployed_invariants(context.fit_artifact, config.get("deploy_top")))
         started = time.monotonic()
         copy, models = instrument(context.workdir, context.entrypoint, base / "collect", config, context.env,
                                   context.limits, invariants if config["collection"] == "selective" else None)
@@ -387,9 +402,10 @@ class TrainCheck(DetectorPlugin):
     def analyze(self, context, report):
         base = context.workdir / WORK_DIR
         invariants = base / "invariants.json"
-        invariants.write_text(context.fit_artifact)  # the run could rewrite its copy: check against the fit's own
+        checked = deployed_invariants(context.fit_artifact, self.config(context.config).get("deploy_top"))
+        invariants.write_text(checked)  # the run could rewrite its copy: check against the fit's own
         folders = trace_folders(base / "collect")
-        deployed = sum(1 for line in context.fit_artifact.splitlines() if line.strip())
+        deployed = sum(1 for line in checked.splitlines() if line.strip())
         context.summary.update({"rules_deployed": deployed, "trace_folders": len(folders),
                                 "processes_traced": processes_traced(base / "collect")})
         if not folders:
