@@ -231,6 +231,8 @@ class Results:
             selection = None
         if selection is None:
             return None
+        if self.evaluation is None or self.computed_now("flakiness"):  # judged by the bugs' verdicts of today
+            selection += ":" + digest(list(Bug.objects.order_by("pk").values_list("pk", "status")))
         filters = digest(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))
         return f"results:{selection}:{'public' if self.viewer is None else 'all'}:{filters}"
 

@@ -167,6 +167,22 @@ RELEVANT = {
     "VERDICT-MISSING-ALLREDUCE": Relevance(
         calls_of("all_reduce"), "the all_reduce of tensor-parallel partial results",
         "the plan drops an all_reduce, so a collective the fixed program calls is missing"),
+    "PT-104336": Relevance(
+        CONSISTENCY, "replicated parameters across data-parallel ranks",
+        "after the model's parameters are moved, DDP stops synchronising the gradients and the replicas drift apart"),
+    "PT-188166": Relevance(
+        STEP_UPDATES, "the optimizer's step() and the parameters the model trains",
+        "a later load gives the model new parameter objects the optimizer does not hold, so step() changes nothing "
+        "the model uses"),
+    "PT-24836": Relevance(
+        (), "the shards gloo's scatter delivers to each rank",
+        f"non-contiguous blocks arrive with the wrong elements; {VALUES_ONLY}"),
+    "HF-34191": Relevance(
+        (), "the loss of a gradient-accumulated batch",
+        f"each micro-batch's mean loss is averaged instead of normalising by the batch's tokens; {VALUES_ONLY}"),
+    "HF-33844": Relevance(
+        (("*", ("scaled_dot_product_attention",)),), "the dropout_p argument of scaled_dot_product_attention",
+        "attention dropout stays on in eval mode: the call's dropout argument differs from the fixed program's"),
     "VERDICT-PIPELINE-WRONG-RANK": Relevance(
         (("*", ("send()", "recv()")),), "the point-to-point transfers between pipeline stages",
         "send/recv use the wrong peer rank: their arguments differ from the fixed plan's"),
@@ -215,6 +231,8 @@ def miss_reason(record):
     """Why a bug was not detected the paper's way, in one short phrase (the gap's category)."""
     if record["detected"]:
         return ""
+    if record.get("reason") == NOT_DECLARED.reason:
+        return "no relevant relation declared yet"
     if not record["relations"]:
         return "no TrainCheck relation states it"
     if record["status"] != "measured":

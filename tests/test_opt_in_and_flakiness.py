@@ -8,8 +8,9 @@ import re
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
+from django.utils import timezone
 
-from bugs.models import BugStatus
+from bugs.models import Bug, BugStatus
 from evaluation.actions import do_store_evaluation
 from evaluation.results_doc import headline, render
 from evaluation.tables import flakiness_table
@@ -246,3 +247,20 @@ def test_retabulating_gives_an_old_evaluation_the_new_tables(old_evaluation, tmp
     assert {row["detector"] for row in old_evaluation.tables["detection"]} == {"nan_inf", "plain"}
     text = results.read_text()
     assert "## Flakiness" in text and "predates this table" not in text and "### Opt-in detectors" in text
+
+
+def test_a_campaigns_flakiness_follows_its_bugs_verdicts_of_today(client, disagreements):
+    """A completed campaign's tables are cached; its flakiness judges by the bugs' current verdicts, so a verdict
+    that changes is shown at once."""
+    made, _ = disagreements
+    campaign = CampaignFactory(name="live", completed_at=timezone.now())
+    Run.objects.update(campaign=campaign)
+
+    def disagreement_of_the_missed_run():
+        page = client.get(reverse("evaluation:results"), {"campaign": campaign.pk}).content.decode()
+        return next(row["Disagrees with"] for row in table(page, "flakiness-table")
+                    if row["Run"] == f"#{made['missed'].pk}")
+
+    assert disagreement_of_the_missed_run() == "its bug's verdict (verified)"
+    Bug.objects.filter(bug_id="TEST-VERIFIED").update(status=BugStatus.FLAKY)
+    assert disagreement_of_the_missed_run() == "its other seeds"

@@ -2,8 +2,10 @@
 per-invariant false-positive arithmetic, the page rendered from stored figures, and one real fit on a clean run
 of the program under test."""
 import json
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -192,3 +194,10 @@ def test_a_bug_fitted_on_its_own_fixed_variant_is_caught_by_its_relevant_invaria
     assert record["detected"] and "step()" in record["evidence_rule"], record
     assert record["relevant_in_fit"] > 0 and record["relevant_on_fixed"] == 0
     assert record["in_traincheck_evaluation"] and record["miss_reason"] == ""
+
+
+def test_every_bug_of_the_catalog_has_its_relevant_relation_declared():
+    """A bug without one would be counted as missed the paper's way without being run (catalog-only bugs, with no
+    reproducer to run, are not measured)."""
+    catalog = {path.parent.parent.name for path in Path(settings.SILENTBENCH_CATALOG_DIR).glob("*/cpu/reproducer.yaml")}
+    assert catalog and catalog <= set(RELEVANT), sorted(catalog - set(RELEVANT))

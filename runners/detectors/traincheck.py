@@ -254,12 +254,23 @@ def read_json_stream(text):
 def deployed_invariants(fit_artifact, top=None):
     """The invariants a run checks: every one of the fit (``top`` None), or only the ``top`` with the most positive
     examples, in the fit's order (config ``deploy_top``: the paper's selective checking deploys 100)."""
+    if top is not None and (type(top) is not int or top < 1):
+        raise TrainCheckError(f"deploy_top must be a whole number of at least 1, not {top!r}")
     lines = [line for line in fit_artifact.splitlines() if line.strip()]
     if top is None or len(lines) <= top:
         return fit_artifact
-    support = [json.loads(line).get("num_positive_examples") or 0 for line in lines]
+    support = [_positive_examples(line) for line in lines]
     kept = sorted(sorted(range(len(lines)), key=lambda index: -support[index])[:top])
     return "".join(f"{lines[index]}\n" for index in kept)
+
+
+def _positive_examples(line):
+    """An invariant's count of positive examples; 0 when the fit wrote anything else (it ran in the sandbox)."""
+    try:
+        count = json.loads(line).get("num_positive_examples")
+    except (ValueError, AttributeError):
+        return 0
+    return count if type(count) in (int, float) else 0
 
 
 def violation_alarms(failed, step_times):
