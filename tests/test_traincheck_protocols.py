@@ -18,7 +18,7 @@ from evaluation.traincheck_protocols import (
     relevance_of,
     render,
 )
-from runners.detectors.traincheck import deployed_invariants
+from runners.detectors.traincheck import TrainCheckError, deployed_invariants
 from runners.models import Run, RunStatus
 from runners.registry import detector_record
 from runners.tasks import execute_run
@@ -87,6 +87,17 @@ def test_deploying_the_top_invariants_keeps_the_best_supported_in_the_fits_order
     kept = deployed_invariants(fit, 2)
     assert [json.loads(line)["text_description"] for line in kept.splitlines()] == ["b", "d"]
     assert deployed_invariants(fit, None) == deployed_invariants(fit, 4) == fit
+
+
+def test_a_fit_written_in_the_sandbox_or_a_bad_deploy_top_fails_the_run_not_the_worker():
+    """The fit's counts come from TrainCheck run on the program; what is not a number counts as no support."""
+    odd = [json.dumps({"text_description": "text", "num_positive_examples": "9" * 400}), "[1, 2]", "not json",
+           json.dumps({"text_description": "kept", "num_positive_examples": 3})]
+    kept = deployed_invariants("\n".join(odd) + "\n", 1)
+    assert [line for line in kept.splitlines()] == [odd[3]]
+    for top in (0, -1, 2.5, "100", True):
+        with pytest.raises(TrainCheckError, match="deploy_top must be a whole number of at least 1"):
+            deployed_invariants("\n".join(odd) + "\n", top)
 
 
 def detection(bug, detected, miss_reason="", **extra):
