@@ -405,6 +405,10 @@ SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
 SILENTBENCH_MAX_DISK_MB = env_int("SILENTBENCH_MAX_DISK_MB", 1024, minimum=1)
 # Where the kernel or container offers no user namespaces, run untrusted code anyway (docs/security.md).
 SILENTBENCH_ALLOW_UNISOLATED = env_bool("SILENTBENCH_ALLOW_UNISOLATED", False)
+# Inductor's compile cache per reproducer version (runners/compile_cache.py): its folder and its size
+# budget per version in MB; 0 turns it off (every run compiles from scratch).
+SILENTBENCH_COMPILE_CACHE_DIR = VAR_DIR / "compile-cache"
+SILENTBENCH_COMPILE_CACHE_MB = env_int("SILENTBENCH_COMPILE_CACHE_MB", 256, minimum=0)
 # Fork runs from a zygote that has imported torch (runners/zygote.py); false starts every run cold.
 SILENTBENCH_WARM_START = env_bool("SILENTBENCH_WARM_START", True)
 # After its oracle record, how long a run's processes may take to end before they are killed.

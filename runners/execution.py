@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 
+from . import compile_cache
 from .detectors import get_plugin
 from .detectors.base import RunContext
 from .failures import detector_setup_failed, no_oracle_report, offline_check_failed, sandbox_kind
@@ -148,13 +149,16 @@ def execute(run, devices=()):
     settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
     analysis_error, analysis_seconds, offline_alarms = "", None, []
+    cached_files = compiled_files = 0
     alarm_key = secrets.token_hex(16) if plugin.instruments else ""  # no probe, no alarm from inside
     try:
         (workdir / "tmp").mkdir()
         report_path = workdir / ".silentbench-report.jsonl"
         materialize(version.files, workdir)
+        cached_files = compile_cache.seed(workdir, version)
         env = scrubbed_environment(workdir, report_path, plugin.name, run.detector.config, plugin.instruments,
                                    devices, alarm_key)
+        env.update(compile_cache.environment(workdir))
         env.update(plugin.environment(run.detector.config))
         declared = declared_environment(version)
         env.update(declared)
@@ -184,6 +188,8 @@ def execute(run, devices=()):
             except RuntimeError as error:
                 analysis_error = offline_check_failed(error)
             analysis_seconds = time.monotonic() - started
+            if not analysis_error:
+                compiled_files = compile_cache.keep(workdir, version)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -205,6 +211,7 @@ def execute(run, devices=()):
         "layers": result.layers,
         "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else []),
         "refused_alarms": report.refused_alarms,
+        "compile_cache": {"files_in": cached_files, "files_added": compiled_files},
     }
     return RunOutcome(
         succeeded=not reason,

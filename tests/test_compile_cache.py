@@ -1,0 +1,111 @@
+"""Inductor's compile cache per reproducer version (runners/compile_cache.py): a version's later runs reuse what
+its first run compiled and report the same run; what a run leaves in its cache reaches no other version; links,
+files being written and files over the budget never come back."""
+import os
+
+import pytest
+
+from bugs.catalog import do_load_catalog
+from runners import compile_cache
+from runners.execution import execute
+from runners.models import Run
+from runners.registry import detector_record
+
+from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory
+from .test_warm_start import catalog_version, losses
+
+pytestmark = pytest.mark.django_db
+
+# Writes into the cache folder that the worker names, as Inductor would, then a link to a host file.
+CACHE_WRITER = PROGRAM_PREAMBLE + """
+cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+os.makedirs(os.path.join(cache, "fxgraph", "ab"), exist_ok=True)
+seen = sorted(os.listdir(os.path.join(cache, "fxgraph", "ab")))
+with open(os.path.join(cache, "fxgraph", "ab", f"entry-{args.seed}"), "w") as f:
+    f.write("compiled " * 100)
+os.symlink("/etc/passwd", os.path.join(cache, "fxgraph", "ab", "link"))
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+report(event="oracle", manifested=False, trigger_step=None, summary="cache writer", evidence={"seen": seen})
+"""
+
+
+def run(version, seed=0, variant="buggy"):
+    return execute(Run(reproducer_version=version, detector=detector_record("plain"), variant=variant, seed=seed,
+                       steps=version.default_steps))
+
+
+@pytest.fixture
+def cache_dir(settings, tmp_path):
+    settings.SILENTBENCH_COMPILE_CACHE_DIR = tmp_path / "compile-cache"
+    return settings.SILENTBENCH_COMPILE_CACHE_DIR
+
+
+@pytest.mark.integration
+def test_a_versions_runs_share_its_cache_and_no_other_version_sees_it(cache_dir):
+    writer = ReproducerVersionFactory(files={"repro.py": CACHE_WRITER})
+    first = run(writer, seed=1)
+    assert first.succeeded, first.failure_reason + first.stderr
+    assert first.oracle["evidence"]["seen"] == []
+    assert first.execution["compile_cache"] == {"files_in": 0, "files_added": 1}  # the link stayed behind
+    assert not (cache_dir / writer.content_hash / "inductor" / "fxgraph" / "ab" / "link").exists()
+
+    second = run(writer, seed=2)
+    assert second.oracle["evidence"]["seen"] == ["entry-1"]
+    assert second.execution["compile_cache"] == {"files_in": 1, "files_added": 1}
+
+    other = ReproducerVersionFactory(files={"repro.py": CACHE_WRITER + "\n# another version\n"})
+    assert run(other, seed=3).oracle["evidence"]["seen"] == []
+
+
+@pytest.mark.integration
+def test_a_budget_of_zero_turns_the_cache_off(cache_dir, settings):
+    settings.SILENTBENCH_COMPILE_CACHE_MB = 0
+    writer = ReproducerVersionFactory(files={"repro.py": CACHE_WRITER})
+    assert run(writer, seed=1).execution["compile_cache"] == {"files_in": 0, "files_added": 0}
+    assert run(writer, seed=2).oracle["evidence"]["seen"] == []
+    assert not cache_dir.exists()
+
+
+def test_keep_stops_at_the_budget_and_never_replaces_a_file(cache_dir, settings, tmp_path):
+    settings.SILENTBENCH_COMPILE_CACHE_MB = 1
+    version = ReproducerVersionFactory()
+    workdir = tmp_path / "run"
+    run_cache = workdir / compile_cache.RUN_CACHE_NAME / "inductor"
+    run_cache.mkdir(parents=True)
+    (run_cache / "small").write_bytes(b"x" * 1000)
+    (run_cache / "large").write_bytes(b"y" * (1024 * 1024))
+    assert compile_cache.keep(workdir, version) == 1
+    kept = cache_dir / version.content_hash / "inductor"
+    assert sorted(os.listdir(kept)) == ["small"]
+
+    (run_cache / "small").write_bytes(b"changed")
+    assert compile_cache.keep(workdir, version) == 0
+    assert (kept / "small").read_bytes() == b"x" * 1000
+
+
+def test_seed_leaves_out_a_file_still_being_added(cache_dir, tmp_path):
+    version = ReproducerVersionFactory()
+    kept = cache_dir / version.content_hash / "inductor"
+    kept.mkdir(parents=True)
+    (kept / "done").write_text("whole")
+    (kept / (compile_cache.INCOMING_PREFIX + "half")).write_text("ha")
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    assert compile_cache.seed(workdir, version) == 1
+    assert os.listdir(workdir / compile_cache.RUN_CACHE_NAME / "inductor") == ["done"]
+
+
+@pytest.mark.integration
+@pytest.mark.once
+def test_a_compiled_reproducer_reuses_its_cache_and_reports_the_same_run(cache_dir, settings):
+    """PT-197888 compiles with Inductor in every run: its second run loads the first one's graphs, and gives
+    the same verdict and bitwise the same losses."""
+    do_load_catalog(settings.SILENTBENCH_CATALOG_DIR)
+    version = catalog_version("PT-197888/cpu")
+    first, second = run(version), run(version)
+    assert first.succeeded and second.succeeded, first.failure_reason + second.failure_reason
+    assert first.execution["compile_cache"]["files_in"] == 0
+    assert first.execution["compile_cache"]["files_added"] > 0
+    assert second.execution["compile_cache"]["files_in"] == first.execution["compile_cache"]["files_added"]
+    assert second.oracle["manifested"] is first.oracle["manifested"] is True
+    assert losses(second) == losses(first)
