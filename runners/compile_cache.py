@@ -21,13 +21,20 @@ from pathlib import Path, PurePosixPath
 from django.conf import settings
 
 RUN_CACHE_NAME = ".compile-cache"  # in the run directory
+# Set in every run's environment and in the zygotes' (which import Inductor's config, where it is read). With
+# precompiled headers on, Inductor preprocesses its C++ prelude and builds a 149 MB header under the default
+# ``/tmp`` folder in every process that loads a C++ kernel, even one it finds in the cache: 4 to 5 s of a run of
+# PT-197888. The kernels are the same code either way; only how g++ is fed differs.
+COMPILER_ENV = {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
 INCOMING_PREFIX = ".incoming-"  # a file being added to a version's cache
 
 
 def environment(workdir):
-    """The variables that point Inductor (and Triton, on GPU nodes) at the run's copy of the cache."""
+    """The variables that point Inductor (and Triton, on GPU nodes) at the run's copy of the cache, and
+    ``COMPILER_ENV``."""
     cache = Path(workdir, RUN_CACHE_NAME)
-    return {"TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
+            **COMPILER_ENV}
 
 
 def _version_dir(version):

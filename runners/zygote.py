@@ -79,6 +79,9 @@ class ZygoteClient:
         env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
         env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
+        from .compile_cache import COMPILER_ENV  # here: the zygote process itself never loads Django
+
+        env.update(COMPILER_ENV)
         env.update(PRELOAD_ENV.get(name, {}))
         self.log = tempfile.TemporaryFile()
         self.argument_file = None
