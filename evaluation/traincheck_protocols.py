@@ -174,6 +174,9 @@ RELEVANT = {
         STEP_UPDATES, "the optimizer's step() and the parameters the model trains",
         "a later load gives the model new parameter objects the optimizer does not hold, so step() changes nothing "
         "the model uses"),
+    "PT-193671": Relevance(
+        (), "the gradients of the layers before an RReLU in a checkpointed block",
+        f"the backward multiplies by a noise buffer the early-stopped recomputation never wrote; {VALUES_ONLY}"),
     "PT-24836": Relevance(
         (), "the shards gloo's scatter delivers to each rank",
         f"non-contiguous blocks arrive with the wrong elements; {VALUES_ONLY}"),
