@@ -24,7 +24,9 @@ ABOUT = {
     "detection": "Detection per bug, reproducer and detector: buggy runs, those detected (an alarm at or after the "
                  "trigger step) and their rate, detections whose alarm rule did not also fire on the fixed variant of "
                  "the same seed (beyond fixed), buggy runs with a false alarm before the trigger, fixed runs and those "
-                 "with an alarm, the median latency from the trigger to the first alarm, and the matrix outcome.",
+                 "with an alarm, the median latency from the trigger to the first alarm, the matrix outcome, and "
+                 "(but in LaTeX, where the matrix says it) the detected runs without a fixed twin (no fixed run of "
+                 "their seed succeeded, so they cannot be told from the fix).",
     "false-positives": "False positives per detector on clean runs (fixed variants of the bugs and held-out clean "
                        "pipelines): runs with an alarm, their rate with its Wilson 95% interval, alarms per 1,000 "
                        "clean steps, and the per-check rate of detectors that report their rules (rules failed on "
@@ -36,14 +38,18 @@ ABOUT = {
                 "offline check and the fit.",
     "matrix": "Detection per bug and detector: buggy runs detected / buggy runs. FA: a false alarm on this bug (before "
               "the trigger step, or on its fixed variant). (=fixed): every qualifying alarm rule also fired on the "
-              "fixed variant of the same seed, so the detection does not tell the bug from its fix. --: not run.",
+              "fixed variant of the same seed, so the detection does not tell the bug from its fix. (no fixed twin): "
+              "no detected run's fixed variant of the same seed succeeded, so the detection cannot be told from the "
+              "fix either way. --: not run.",
     "leaderboard": "Detectors ranked by the bugs they caught beyond the fixed twin (an alarm at or after the trigger "
                    "step whose rule did not also fire on the fixed variant of the same seed), of the bugs they ran "
                    "on; then the bugs caught at all, the false-positive rate per clean run with its Wilson 95% "
                    "interval, the per-check rate (rules failed on clean runs / rules deployed), the median latency "
-                   "in steps and the median step-time ratio to plain. =fixed runs: detected buggy runs not "
-                   "detected beyond the fixed twin (its rules all fired on the fixed run of the same seed, or that "
-                   "run did not succeed), of the detected runs. Drop-in detectors observe the unmodified "
+                   "in steps and the median step-time ratio to plain. Of the detected runs not detected beyond the "
+                   "fixed twin, same rule on fixed: its rules all fired on the fixed run of the same seed, which "
+                   "succeeded (the detection does not tell the bug from its fix); no fixed twin: no fixed run of "
+                   "that seed succeeded (it cannot be told from the fix either way); each of the detected runs, "
+                   "blank when a stored evaluation predates the split. Drop-in detectors observe the unmodified "
                    "program and are ranked first; opt-in detectors need the program's cooperation (the reproducer "
                    "computes a reference for them) and are ranked apart, below.",
     "flakiness": "Runs of a bug whose oracle verdict (manifested or not) disagrees with the bug's verification verdict "
@@ -98,9 +104,11 @@ def results_export(name, query, user=None):
     if name == "matrix":
         return matrix_export(results.table("detection"), runs)
     frame = results.table(name)
-    # the paper's page has no room for the integration column: the leaderboard's groups say it
+    # the paper's page has no room for the integration column (the leaderboard's groups say it) nor, in the detection
+    # table, for the runs without a fixed twin (the matrix's "(no fixed twin)" and the leaderboard count them)
     paper = (flakiness_paper(frame) if name == "flakiness"
-             else frame.drop(columns=["integration"], errors="ignore").rename(columns=HEADERS[name]))
+             else frame.drop(columns=["integration", "detected_without_fixed_twin_runs"], errors="ignore")
+             .rename(columns=HEADERS[name]))
     return Table(name, frame, caption=f"{ABOUT[name]} {runs}", paper=paper, **LAYOUTS.get(name, {}))
 
 
@@ -132,7 +140,7 @@ def matrix_export(detection, runs):
 
 LEADERBOARD_COLUMNS = [
     "rank", "detector", "integration", "bugs", "beyond_fixed", "caught", "detected_runs", "same_rule_as_fixed_runs",
-    "fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate",
+    "no_fixed_twin_runs", "fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate",
     "median_latency_steps", "median_latency_seconds", "median_step_time_ratio", "median_end_to_end_ratio",
 ]
 
@@ -147,7 +155,7 @@ def leaderboard_export(board):
     standings = [*((standing.rank, standing) for standing in [*board.ranked, *board.opt_in]), *shown]
     frame = pd.DataFrame([[
         rank, standing.detector, standing.integration, standing.bugs, standing.beyond_fixed, standing.caught,
-        standing.detected_runs, standing.same_rule_as_fixed_runs,
+        standing.detected_runs, standing.same_rule_as_fixed_runs, standing.no_fixed_twin_runs,
         *(standing.false_positives.get(key) for key in ("fp_rate", "fp_ci_low", "fp_ci_high", "per_check_fp_rate")),
         *(standing.latency.get(key) for key in ("median_latency_steps", "median_latency_seconds")),
         *(standing.overhead.get(key) for key in ("median_step_time_ratio", "median_end_to_end_ratio")),
@@ -156,17 +164,22 @@ def leaderboard_export(board):
     def of_bugs(column):
         return [f"{count}/{bugs}" if bugs else None for count, bugs in zip(frame[column], frame["bugs"])]
 
+    def of_detected_runs(column):
+        return [f"{count}/{detected}" if detected and count is not None else None
+                for count, detected in zip(frame[column], frame["detected_runs"])]
+
     paper = pd.DataFrame({
         "rank": frame["rank"], "detector": frame["detector"], "integration": frame["integration"],
         "beyond fixed": of_bugs("beyond_fixed"), "caught": of_bugs("caught"),
-        "=fixed runs": [f"{same}/{detected}" if detected else None
-                        for same, detected in zip(frame["same_rule_as_fixed_runs"], frame["detected_runs"])],
+        "same rule on fixed": of_detected_runs("same_rule_as_fixed_runs"),
+        "no fixed twin": of_detected_runs("no_fixed_twin_runs"),
         "FP rate": frame["fp_rate"], "fp_ci_low": frame["fp_ci_low"],
         "fp_ci_high": frame["fp_ci_high"], "per-check FP": frame["per_check_fp_rate"],
         "latency (steps)": frame["median_latency_steps"], "step-time ratio": frame["median_step_time_ratio"],
     })
     return Table("leaderboard", frame, paper=paper, intervals=WILSON,
-                 align={"rank": "r", "beyond fixed": "r", "caught": "r", "=fixed runs": "r"},
+                 align={"rank": "r", "beyond fixed": "r", "caught": "r", "same rule on fixed": "r",
+                        "no fixed twin": "r"},
                  caption=" ".join([ABOUT["leaderboard"], *(["plain runs without a detector: the baseline, not ranked."]
                                                            if shown else []), runs_described(board.results)]))
 

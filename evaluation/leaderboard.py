@@ -4,7 +4,12 @@ are ranked by the bugs they caught *beyond the fixed twin* (``evaluation.metrics
 the detection table). Drop-in detectors, which observe the unmodified program, are the headline and are ranked among
 themselves; opt-in detectors, which catch a bug only when the reproducer cooperates (``differential`` reads the
 reference the reproducer computes itself), are ranked apart, below, so that a program's help is never scored as
-detection. ``plain`` is the baseline the overhead is measured against, shown apart and never ranked."""
+detection. ``plain`` is the baseline the overhead is measured against, shown apart and never ranked.
+
+A detected buggy run that is not detected beyond the fixed twin is counted in one of two ways: *same rule on fixed*
+when the fixed run of the same seed succeeded and every rule that fired on the buggy run also fired on it (the
+detector does not tell the bug from its fix: noise), and *no fixed twin* when no fixed run of that seed succeeded, so
+the detection cannot be told from the fix either way (a missing comparison, not noise)."""
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -31,9 +36,11 @@ class Standing:
     caught: int = 0  # bugs with a detected buggy run
     beyond_fixed: int = 0  # bugs with a detection whose rule did not also fire on the fixed twin
     detected_runs: int = 0  # detected buggy runs, over all its bugs
-    # of those, the runs not detected beyond the fixed twin (the matrix's "=fixed"): every rule that fired also fired
-    # on the fixed run of the same seed, or no fixed run of that seed succeeded to tell them apart
-    same_rule_as_fixed_runs: int = 0
+    # of those, the runs not detected beyond the fixed twin, in two parts: every rule that fired also fired on the
+    # fixed run of the same seed, which succeeded; and no fixed run of that seed succeeded. Both None for a stored
+    # evaluation tabulated before the two were told apart (manage.py evaluate --retabulate splits them).
+    same_rule_as_fixed_runs: int | None = 0
+    no_fixed_twin_runs: int | None = 0
     false_positives: dict = field(default_factory=dict)  # its row of the false-positive table
     latency: dict = field(default_factory=dict)  # its row of the latency table
     overhead: dict = field(default_factory=dict)  # its row of the overhead table
@@ -118,16 +125,27 @@ def standings(detection, false_positives, latency, overhead):
     found = {}
     for name in {row["detector"] for row in detection}.union(*by_table, {BASELINE}):
         rows = [row for row in detection if row["detector"] == name]
+        same_rule, no_twin = _not_beyond_fixed(rows)
         found[name] = Standing(
             name, integration=integration_of(name), bugs=len({row["bug"] for row in rows if row["buggy_runs"]}),
             caught=len({row["bug"] for row in rows if row["detected_runs"]}),
             beyond_fixed=len({row["bug"] for row in rows if row.get("detected_beyond_fixed_runs")}),
             detected_runs=sum(row["detected_runs"] or 0 for row in rows),
-            same_rule_as_fixed_runs=sum((row["detected_runs"] or 0) - (row.get("detected_beyond_fixed_runs") or 0)
-                                        for row in rows),
+            same_rule_as_fixed_runs=same_rule, no_fixed_twin_runs=no_twin,
             false_positives=by_table[0].get(name, {}), latency=by_table[1].get(name, {}),
             overhead=by_table[2].get(name, {}))
     return found
+
+
+def _not_beyond_fixed(rows):
+    """(same rule as fixed, no fixed twin): a detector's detected runs not detected beyond the fixed twin, split by
+    whether the twin succeeded; (None, None) when a row was stored before the detection table counted the runs
+    without a twin."""
+    if any(row.get("detected_without_fixed_twin_runs") is None for row in rows):
+        return None, None
+    no_twin = sum(row["detected_without_fixed_twin_runs"] for row in rows)
+    not_beyond = sum((row["detected_runs"] or 0) - (row.get("detected_beyond_fixed_runs") or 0) for row in rows)
+    return not_beyond - no_twin, no_twin
 
 
 def _fp_rate(standing):

@@ -64,7 +64,8 @@ def _headline_rows(ranked, bugs):
         rows.append({
             "rank": standing.rank, "detector": standing.detector, "integration": standing.integration,
             "beyond_fixed": f"{standing.beyond_fixed}/{bugs}", "bugs_caught": f"{standing.caught}/{bugs}",
-            "same_rule_as_fixed": f"{standing.same_rule_as_fixed_runs}/{standing.detected_runs} runs",
+            "same_rule_as_fixed": _of_detected_runs(standing.same_rule_as_fixed_runs, standing),
+            "no_fixed_twin": _of_detected_runs(standing.no_fixed_twin_runs, standing),
             "fp_rate": fp.get("fp_rate"),
             "fp_95_ci": f"[{fp['fp_ci_low']}, {fp['fp_ci_high']}]" if fp else None,
             "per_check_fp_rate": fp.get("per_check_fp_rate"),
@@ -72,6 +73,12 @@ def _headline_rows(ranked, bugs):
             "median_end_to_end_ratio": overhead.get("median_end_to_end_ratio"),
         })
     return _table(rows)
+
+
+def _of_detected_runs(count, standing):
+    """A part of a detector's detected runs, "count/detected runs", or "not split" for an evaluation stored before
+    the detection table counted the runs without a fixed twin."""
+    return "not split" if count is None else f"{count}/{standing.detected_runs} runs"
 
 
 def flakiness(evaluation):
@@ -116,8 +123,10 @@ def render(evaluation):
         "## Summary\n",
         "Drop-in detectors (they observe the unmodified program), ranked by the bugs caught beyond the fixed twin "
         "(a detection whose alarm rule did not also fire on the fixed variant of the same seed), as on the "
-        "dashboard's /leaderboard/; `bugs_caught` counts raw detections, and `same_rule_as_fixed` the detected runs "
-        "not detected beyond the fixed twin (as the matrix's (=fixed)), of all detected runs.\n",
+        "dashboard's /leaderboard/; `bugs_caught` counts raw detections. Of the detected runs not detected beyond "
+        "the fixed twin, `same_rule_as_fixed` counts those whose rules all fired on the fixed run of the same seed, "
+        "which succeeded (the detection does not tell the bug from its fix), and `no_fixed_twin` those whose seed "
+        "has no successful fixed run (they cannot be told from the fix either way), each of all detected runs.\n",
         drop_in,
         "\n### Opt-in detectors, ranked apart\n",
         "They need the program to cooperate: the reproducer computes a reference and reports it (`compare` "
@@ -127,8 +136,9 @@ def render(evaluation):
         "\n## Detection matrix\n",
         "Cells: detected buggy runs / buggy runs. FA: false alarms on this bug (before the trigger step, or on "
         "its fixed variant). (=fixed): every qualifying alarm's rule also fired on the fixed variant of the same "
-        "seed, so the detection does not tell the bug from its fix. `beyond_fixed` in the summary counts the bugs "
-        "with at least one alarm rule that the fixed twin did not raise.\n",
+        "seed, so the detection does not tell the bug from its fix. (no fixed twin): no detected run's fixed "
+        "variant of the same seed succeeded, so it cannot be told from the fix either way. `beyond_fixed` in the "
+        "summary counts the bugs with at least one alarm rule that the fixed twin did not raise.\n",
         detection_matrix(tables["detection"]),
         "\n## False positives on clean runs\n", _table(tables["false_positives"], FALSE_POSITIVE_COLUMNS),
         "\n## Detection latency\n", _table(tables["latency"], LATENCY_COLUMNS),

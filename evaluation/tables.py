@@ -14,7 +14,7 @@ from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run,
 DETECTION_COLUMNS = [
     "bug", "reproducer", "detector", "buggy_runs", "detected_runs", "detection_rate", "detected_beyond_fixed_runs",
     "pre_trigger_false_alarm_runs", "fixed_runs", "fixed_runs_with_alarm",
-    "median_latency_steps", "median_latency_seconds", "outcome",
+    "median_latency_steps", "median_latency_seconds", "outcome", "detected_without_fixed_twin_runs",
 ]
 FALSE_POSITIVE_COLUMNS = [
     "detector", "clean_runs", "clean_runs_with_alarm", "fp_rate", "fp_ci_low", "fp_ci_high",
@@ -102,6 +102,8 @@ def detection_table(runs=None, judged=None):
         fixed_rules = {row["seed"]: {alarm.rule for alarm in row["alarms"]} for row, _ in fixed}
         beyond_fixed = sum(1 for row, _ in buggy if row["seed"] in fixed_rules
                            and detected_beyond_clean(row["trigger_step"], row["alarms"], fixed_rules[row["seed"]]))
+        # detections that cannot be told from the fix either way: no fixed run of their seed succeeded
+        without_twin = sum(1 for row, verdict in buggy if verdict.detected and row["seed"] not in fixed_rules)
         pre_trigger = sum(1 for _, verdict in buggy if verdict.any_false_alarm)
         fixed_alarmed = sum(1 for _, verdict in fixed if verdict.any_false_alarm)
         records.append({
@@ -114,6 +116,7 @@ def detection_table(runs=None, judged=None):
             "median_latency_steps": median_or_none(v.latency_steps for v in detected),
             "median_latency_seconds": _round(median_or_none(v.latency_seconds for v in detected)),
             "outcome": cell_outcome(len(buggy), len(detected), pre_trigger + fixed_alarmed),
+            "detected_without_fixed_twin_runs": without_twin,
         })
     return pd.DataFrame.from_records(records, columns=DETECTION_COLUMNS)
 
@@ -232,11 +235,14 @@ def run_latencies(judged):
 
 def cell_text(cell):
     """A detection matrix cell in words, the same in every table and plot: detected buggy runs / buggy runs,
-    "(=fixed)" when every qualifying alarm also fired on the fixed twin, "FA" when the detector raised a
-    false alarm on this bug (before the trigger step, or on the fixed variant)."""
+    "(=fixed)" when no detection is beyond the fixed twin and every qualifying alarm also fired on the fixed twin of a
+    detected run, "(no fixed twin)" when no detection is beyond it because no detected run's fixed twin succeeded
+    (the detection cannot be told from the fix either way), "FA" when the detector raised a false alarm on this bug
+    (before the trigger step, or on the fixed variant)."""
     text = f"{cell['detected_runs']}/{cell['buggy_runs']}"
     if cell["detected_runs"] and not cell.get("detected_beyond_fixed_runs"):
-        text += " (=fixed)"
+        text += " (no fixed twin)" if cell.get("detected_without_fixed_twin_runs") == cell["detected_runs"] else (
+            " (=fixed)")
     if (cell.get("fixed_runs_with_alarm") or 0) + (cell.get("pre_trigger_false_alarm_runs") or 0):
         text += " FA"
     return text

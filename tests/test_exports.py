@@ -77,10 +77,20 @@ def test_the_matrix_and_the_leaderboard_download_as_on_screen(client):
     query = {"campaign": campaign.pk}
     rows = list(csv.DictReader(io.StringIO(client.get("/results/matrix.csv", query).content.decode())))
     assert [(r["bug"], r["reproducer"], r["param_not_updated"], r["plain"]) for r in rows] == [
-        ("TEST-A", "cpu", "2/2", "0/1"), ("TEST-B", "cpu", "0/1 FA", ""), ("TEST-B", "cuda", "1/1 (=fixed)", "")]
+        ("TEST-A", "cpu", "2/2", "0/1"), ("TEST-B", "cpu", "0/1 FA", ""),
+        ("TEST-B", "cuda", "1/1 (no fixed twin)", "")]  # the cuda reproducer has no fixed run
     board = client.get("/results/leaderboard.json", query).json()
     assert [(r["rank"], r["detector"], r["beyond_fixed"], r["caught"], r["bugs"]) for r in board] == [
         (1, "param_not_updated", 1, 2, 2), ("baseline", "plain", 0, 0, 1)]
+    # of its 3 detected runs, TEST-A's at seed 0 is beyond the fixed twin; TEST-A's at seed 1 and the cuda one have no
+    # fixed run of their seed: not the same rule as on the fixed twin, which never ran
+    assert [(r["detected_runs"], r["same_rule_as_fixed_runs"], r["no_fixed_twin_runs"]) for r in board] == [
+        (3, 0, 2), (0, 0, 0)]
+    markdown = client.get("/results/leaderboard.md", query).content.decode()
+    assert "| detected_runs | same_rule_as_fixed_runs | no_fixed_twin_runs |" in markdown
+    assert "| param_not_updated | drop-in | 2 | 1 | 2 | 3 | 0 | 2 |" in markdown
+    csv_board = list(csv.DictReader(io.StringIO(client.get("/results/leaderboard.csv", query).content.decode())))
+    assert [(r["same_rule_as_fixed_runs"], r["no_fixed_twin_runs"]) for r in csv_board] == [("0", "2"), ("0", "0")]
     for name in PAPER_TABLES:
         for fmt in FORMATS:
             response = client.get(f"/results/{name}.{fmt}", query)

@@ -30,10 +30,10 @@ TRIGGER = 3
 
 
 def run(version, detector, variant, alarms=(), seed=0, **fields):
-    """A succeeded run with alarms given as {step: rule}."""
+    """A run, succeeded unless ``fields`` say otherwise, with alarms given as {step: rule}."""
     made = RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant, seed=seed,
-                      status="succeeded", steps=10, trigger_step=TRIGGER, trigger_time=100.0,
-                      manifested=variant == "buggy", **fields)
+                      steps=10, trigger_step=TRIGGER, trigger_time=100.0, manifested=variant == "buggy",
+                      **{"status": "succeeded", **fields})
     for step, rule in dict(alarms).items():
         AlarmFactory(run=made, step=step, rule=rule, time=100.0 + (step - TRIGGER) / 2)
     return made
@@ -106,14 +106,30 @@ def test_the_page_says_what_it_shows(client, runs):
 def test_every_number_links_to_the_runs_behind_it(client, runs):
     page = client.get(reverse("leaderboard")).content.decode()
     links = hrefs(page, "traincheck")
-    results_link, beyond, caught, same_rule_as_fixed, fp_rate, latency = links
+    results_link, beyond, caught, same_rule_as_fixed, no_fixed_twin, fp_rate, latency = links
     assert results_link == reverse("evaluation:results") + "?detector=traincheck#detection-matrix"
-    assert beyond == caught == same_rule_as_fixed and latency.endswith("#latency")
+    assert beyond == caught == same_rule_as_fixed == no_fixed_twin and latency.endswith("#latency")
     buggy = client.get(caught).json()
     assert len(buggy["results"]) == 2 and {r["variant"] for r in buggy["results"]} == {"buggy"}
     clean = client.get(fp_rate).json()
     assert len(clean["results"]) == 2 and {r["variant"] for r in clean["results"]} == {"fixed"}
     assert client.get(latency).status_code == 200
+
+
+def test_detections_without_a_fixed_twin_are_counted_apart_from_those_the_twin_repeats(client):
+    """traincheck detects TEST-A at seeds 0, 1 and 2: at seed 0 its fixed twin raised the same rule, at seed 1 the
+    fixed twin failed, at seed 2 there is none; at seed 3 a rule the twin did not raise makes it beyond the fixed."""
+    version = version_of("TEST-A")
+    for seed in range(4):
+        run(version, "traincheck", "buggy", {5: f"invariant {seed}"}, seed=seed)
+    run(version, "traincheck", "fixed", {6: "invariant 0"}, seed=0)
+    run(version, "traincheck", "fixed", {6: "invariant 1"}, seed=1, status="failed")
+    run(version, "traincheck", "fixed", seed=3)
+    page = client.get(reverse("leaderboard")).content.decode()
+    row = rows_by_detector(page)["traincheck"]
+    assert row["Bugs caught beyond the fixed twin"] == row["Bugs caught"] == "1/1"
+    assert row["Detected runs, same rule on fixed"] == "1/4"
+    assert row["Detected runs, no fixed twin"] == "2/4"
 
 
 @pytest.fixture
@@ -151,6 +167,9 @@ def test_a_stored_evaluation_is_ranked_from_its_stored_tables(client, evaluation
     assert [(row["Rank"], row["Detector"]) for row in table(page, "leaderboard")] == [
         ("1", "grad_health"), ("2", "traincheck"), ("2", "nan_inf"), ("baseline", "plain")]
     assert rows["traincheck"]["Per-check FP rate"] == "0.1023"
+    # its detection table predates the count of runs without a fixed twin: the split is not made up
+    assert rows["traincheck"]["Detected runs, same rule on fixed"] == "not split"
+    assert rows["traincheck"]["Detected runs, no fixed twin"] == "not split"
     assert rows["traincheck"]["Overhead vs plain"] == "×1.1391 step · ×5.7526 end to end"
     assert rows["grad_health"]["Median latency"] == "2 steps · 0.25 s"
     overhead_runs = client.get(hrefs(page, "traincheck")[-1]).json()

@@ -34,10 +34,12 @@ TRIGGER = 3
 
 
 def run(version, detector, variant, alarms=(), seed=0, manifested=None, **fields):
-    """A succeeded run with alarms given as {step: rule}; by default it manifests exactly when it is buggy."""
+    """A run, succeeded unless ``fields`` say otherwise, with alarms given as {step: rule}; by default it manifests
+    exactly when it is buggy."""
     made = RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant, seed=seed,
-                      status="succeeded", steps=10, trigger_step=TRIGGER, trigger_time=100.0,
-                      manifested=(variant == "buggy") if manifested is None else manifested, **fields)
+                      steps=10, trigger_step=TRIGGER, trigger_time=100.0,
+                      manifested=(variant == "buggy") if manifested is None else manifested,
+                      **{"status": "succeeded", **fields})
     for step, rule in dict(alarms).items():
         AlarmFactory(run=made, step=step, rule=rule, time=100.0 + step - TRIGGER)
     return made
@@ -128,22 +130,51 @@ def test_the_results_document_ranks_the_groups_apart(opt_in_catches_more):
     Run.objects.update(campaign=campaign)
     evaluation = do_store_evaluation(campaign, None, [], [], {"seeds": 1}, 1.0, acting_user=None)
     drop_in, opt_in = headline(evaluation.tables)
-    assert "| 1 | grad_health | drop-in | 1/2 | 1/2 | 0/1 runs |" in drop_in and "differential" not in drop_in
-    assert "| 1 | differential | opt-in | 2/2 | 2/2 | 0/2 runs |" in opt_in
+    assert "| 1 | grad_health | drop-in | 1/2 | 1/2 | 0/1 runs | 0/1 runs |" in drop_in
+    assert "differential" not in drop_in
+    assert "| 1 | differential | opt-in | 2/2 | 2/2 | 0/2 runs | 0/2 runs |" in opt_in
     text = render(evaluation)
     assert text.index("| 1 | grad_health |") < text.index("### Opt-in detectors") < text.index("| 1 | differential |")
     assert "| bug | differential (opt-in) | grad_health | traincheck |" in text
 
 
-# --- =fixed: the detections that do not tell the bug from its fix ------------------------------------------------
+# --- =fixed: the detections that do not tell the bug from its fix, and those with no fix to tell them from -------
 
 def test_the_leaderboard_counts_the_detections_whose_rules_the_fixed_twin_raised_too(client, opt_in_catches_more):
     page = client.get(reverse("leaderboard")).content.decode()
     rows = {row["Detector"]: row for row in table(page, "leaderboard")}
-    assert rows["traincheck"]["Detected runs =fixed"] == "2/2"  # caught twice, each time with the fixed twin's rule
-    assert rows["grad_health"]["Detected runs =fixed"] == "0/1"
+    assert rows["traincheck"]["Detected runs, same rule on fixed"] == "2/2"  # twice, each with the twin's rule
+    assert rows["traincheck"]["Detected runs, no fixed twin"] == "0/2"  # both twins ran
+    assert rows["grad_health"]["Detected runs, same rule on fixed"] == "0/1"
     board = {row["detector"]: row for row in client.get("/results/leaderboard.json").json()}
-    assert (board["traincheck"]["same_rule_as_fixed_runs"], board["traincheck"]["detected_runs"]) == (2, 2)
+    assert (board["traincheck"]["same_rule_as_fixed_runs"], board["traincheck"]["no_fixed_twin_runs"],
+            board["traincheck"]["detected_runs"]) == (2, 0, 2)
+
+
+def test_a_detection_whose_fixed_twin_is_missing_or_failed_is_not_counted_as_the_same_rule(client):
+    """traincheck's rule fires on the buggy run of seeds 0, 1 and 2; the fixed twin raises it too at seed 0, fails at
+    seed 1 and never ran at seed 2. Only seed 0 is noise; seeds 1 and 2 have nothing to be told apart from."""
+    version = version_of("TEST-A")
+    for seed in range(3):
+        run(version, "traincheck", "buggy", {5: "invariant"}, seed=seed)
+    run(version, "traincheck", "fixed", {6: "invariant"}, seed=0)
+    run(version, "traincheck", "fixed", {6: "invariant"}, seed=1, status="failed")
+    page = client.get(reverse("leaderboard")).content.decode()
+    row = {row["Detector"]: row for row in table(page, "leaderboard")}["traincheck"]
+    assert row["Bugs caught beyond the fixed twin"] == "0/1"
+    assert (row["Detected runs, same rule on fixed"], row["Detected runs, no fixed twin"]) == ("1/3", "2/3")
+    board = {row["detector"]: row for row in client.get("/results/leaderboard.json").json()}
+    assert (board["traincheck"]["same_rule_as_fixed_runs"], board["traincheck"]["no_fixed_twin_runs"]) == (1, 2)
+    [cell] = client.get("/api/results/").json()["detection"]
+    assert (cell["detected_runs"], cell["detected_beyond_fixed_runs"], cell["detected_without_fixed_twin_runs"]) == (
+        3, 0, 2)
+    matrix = client.get("/results/matrix.json").json()
+    assert [row["traincheck"] for row in matrix] == ["3/3 (=fixed) FA"]  # seed 0's twin repeats the rule
+    Run.objects.filter(variant="fixed", seed=0).delete()
+    matrix = client.get("/results/matrix.json").json()
+    assert [row["traincheck"] for row in matrix] == ["3/3 (no fixed twin)"]  # no detected run has a twin left
+    page = client.get(reverse("evaluation:results")).content.decode()
+    assert ">no fixed twin</abbr>" in page and ">=fixed</abbr>" not in page
 
 
 # --- flakiness ---------------------------------------------------------------------------------------------------

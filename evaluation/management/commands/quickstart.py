@@ -80,7 +80,8 @@ class Command(BaseCommand):
     def report(self, campaign, progress):
         table = detection_table(campaign.runs.all())
         self.stdout.write("\nDetection matrix (outcome, detected buggy runs / buggy runs; =fixed: the same alarm on "
-                          "the fixed variant; FA: a false alarm):")
+                          "the fixed variant; no fixed twin: the fixed run of that seed did not succeed; FA: a false "
+                          "alarm):")
         if not table.empty:
             view = table.assign(cell=[f"{cell['outcome']} {cell_text(cell)}" for cell in table.to_dict("records")])
             self.stdout.write(view.pivot(index="bug", columns="detector", values="cell").to_string())
