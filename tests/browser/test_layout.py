@@ -95,6 +95,38 @@ def test_pages_fit_a_phone_and_hide_nothing_on_a_desktop(page, live_site):
     expect(cell).to_have_text("DeepSpeed")  # the heading is the style sheet's, not the cell's text
 
 
+# The margin, in px, of each heading or paragraph that opens (its top margin) or closes (bottom) a card: inside a
+# card's padding it only adds a blank band.
+CARD_EDGE_MARGINS = """() => [...document.querySelectorAll("main .card")].flatMap(card => [
+        [card.firstElementChild, "marginTop"], [card.lastElementChild, "marginBottom"]]
+    .filter(([element]) => element && element.matches("h1, h2, h3, p"))
+    .map(([element, side]) => [`${side} of ${element.textContent.trim().slice(0, 30)}`,
+                               parseFloat(getComputedStyle(element)[side])]))"""
+# Each table caption's width and its table's, in px.
+CAPTION_WIDTHS = """() => [...document.querySelectorAll("main table > caption")].map(caption =>
+    [caption.textContent, Math.round(caption.getBoundingClientRect().width),
+     Math.round(caption.parentElement.getBoundingClientRect().width)])"""
+
+
+def test_cards_open_and_close_at_their_padding_and_captions_span_a_phone(page):
+    """In the screenshots of docs/screenshots/, the run page's Oracle and Environment cards and the catalog's
+    leaderboard box opened with a blank band (their heading's own 1.8rem margin on top of the card's padding), a
+    card ending in a paragraph closed with one, and at 390 px the leaderboard's caption was squeezed into a column
+    one word wide, seven lines tall."""
+    call_command("load_catalog")
+    run = make_runs(campaign=CampaignFactory())["detected"]
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        for url in ("/", run.get_absolute_url(), "/leaderboard/"):
+            page.goto(url)
+            margins = page.evaluate(CARD_EDGE_MARGINS)
+            assert margins and all(margin == 0 for _, margin in margins), f"{url} at {viewport['width']}: {margins}"
+    page.goto("/leaderboard/")
+    captions = page.evaluate(CAPTION_WIDTHS)
+    assert captions and all(width == table for _, width, table in captions), captions
+    assert page.evaluate(PAGE_WIDTH) == [390, 390]
+
+
 # The heatmap's tick labels and colour bar, as drawn: [text, left, top, right, bottom] in page pixels.
 HEATMAP_PARTS = """() => { const box = element => { const r = element.getBoundingClientRect();
         return [element.textContent, r.left, r.top, r.right, r.bottom]; };
