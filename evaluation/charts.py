@@ -12,6 +12,9 @@ from .tables import cell_text
 DETECTED_COLOURS = [[0, "#fdedec"], [0.5, "#abebc6"], [1, "#1e8449"]]
 NO_DATA_COLOUR = "#566573"
 NO_DATA = "no data (not run)"
+# A cell where the detector detected nothing but raised false alarms: neither a plain miss nor a detection.
+FALSE_ALARM_COLOUR = "#f0b27a"
+FALSE_ALARM_ONLY = "false alarms, nothing detected"
 # Characters of a heatmap row label's line: a longer label wraps after a hyphen, so that on a phone the labels
 # leave room for the cells and the detectors' names above them.
 LABEL_LINE = 22
@@ -36,24 +39,28 @@ def wrapped(text, width=LABEL_LINE):
 def detection_heatmap(detection):
     """Bug x detector, coloured by the fraction of buggy runs detected; cells read ``detected/buggy``.
 
-    Cells with no runs are drawn by a second, one-colour trace named in the legend. The layout reads at a
+    Cells with no runs, and cells with false alarms but no detection (which the rate alone would show as a plain
+    miss), are drawn by one-colour traces of their own, named in the legend. The layout reads at a
     phone's width as at a desktop's: long row labels wrap, the detectors' names turn upright when they would
     overlap, and the colour bar lies under the cells rather than beside them."""
     records = detection.to_dict("records")
     detectors = sorted({r["detector"] for r in records})
     bugs = sorted({(r["bug"], r["reproducer"]) for r in records})
     cells = {(r["bug"], r["reproducer"], r["detector"]): r for r in records}
-    z, text, hover, missing = [], [], [], []
+    z, text, hover, missing, false_alarm_only = [], [], [], [], []
     for bug, reproducer in bugs:
-        z.append([]), text.append([]), hover.append([]), missing.append([])
+        for row in (z, text, hover, missing, false_alarm_only):
+            row.append([])
         for detector in detectors:
             cell = cells.get((bug, reproducer, detector))
             missing[-1].append(None if cell else 1)
             if cell is None:
-                z[-1].append(None), text[-1].append(""), hover[-1].append(NO_DATA)
+                z[-1].append(None), text[-1].append(""), hover[-1].append(NO_DATA), false_alarm_only[-1].append(None)
                 continue
             false_alarms = (cell["fixed_runs_with_alarm"] or 0) + (cell["pre_trigger_false_alarm_runs"] or 0)
-            z[-1].append(cell["detection_rate"])
+            only_false_alarms = false_alarms and not cell["detected_runs"]
+            false_alarm_only[-1].append(1 if only_false_alarms else None)
+            z[-1].append(cell["detection_rate"])  # under the false-alarm layer's cell, where that is drawn
             text[-1].append(cell_text(cell))
             hover[-1].append(label(f"detected {cell['detected_runs']}/{cell['buggy_runs']} buggy runs; "
                                    f"{cell['outcome']}") + (f"<br>false alarms in {false_alarms} run(s)"
@@ -69,13 +76,16 @@ def detection_heatmap(detection):
         hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
     ))
     if any(any(row) for row in missing):
-        figure.add_trace(go.Heatmap(
-            z=missing, x=detectors, y=rows_shown, name=NO_DATA, showlegend=True, showscale=False, hoverongaps=False,
-            colorscale=[[0, NO_DATA_COLOUR], [1, NO_DATA_COLOUR]], xgap=2, ygap=2,
-            text=[["no data" if cell else "" for cell in row] for row in missing], texttemplate="%{text}",
-            textfont={"color": "#ffffff"},
-            hovertemplate=f"%{{y}} · %{{x}}<br>{NO_DATA}<extra></extra>",
-        ))
+        figure.add_trace(_one_colour_cells(
+            missing, detectors, rows_shown, NO_DATA, NO_DATA_COLOUR,
+            text=[["no data" if cell else "" for cell in row] for row in missing], text_colour="#ffffff",
+            hover=[[NO_DATA] * len(row) for row in missing]))
+    if any(any(row) for row in false_alarm_only):
+        layer_text = [[label if marked else "" for label, marked in zip(*rows)] for rows in zip(text, false_alarm_only)]
+        figure.data[0].text = [[label if not marked else "" for label, marked in zip(*rows)]
+                               for rows in zip(text, false_alarm_only)]  # each cell's words drawn once
+        figure.add_trace(_one_colour_cells(false_alarm_only, detectors, rows_shown, FALSE_ALARM_ONLY,
+                                           FALSE_ALARM_COLOUR, text=layer_text, text_colour="#000000", hover=hover))
     labels = [wrapped(row) for row in rows_shown]
     rows_height = sum(ROW_HEIGHT * (1 + row.count("<br>")) for row in labels)
     figure.update_layout(
@@ -89,6 +99,14 @@ def detection_heatmap(detection):
              r["outcome"]] for r in sorted(records, key=lambda r: (r["bug"], r["reproducer"], r["detector"]))]
     return Chart("detection-heatmap", as_dict(figure),
                  ["bug", "reproducer", "detector", "detected runs", "buggy runs", "detection rate", "outcome"], rows)
+
+
+def _one_colour_cells(cells, detectors, rows_shown, name, colour, text, text_colour, hover):
+    """A heatmap layer drawing the cells marked 1 in ``cells`` in one colour, named in the legend."""
+    return go.Heatmap(
+        z=cells, x=detectors, y=rows_shown, name=name, showlegend=True, showscale=False, hoverongaps=False,
+        colorscale=[[0, colour], [1, colour]], xgap=2, ygap=2, text=text, texttemplate="%{text}",
+        textfont={"color": text_colour}, customdata=hover, hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>")
 
 
 def false_positive_chart(false_positives):

@@ -36,14 +36,15 @@ def runs():
 
 def test_heatmap_cells_equal_its_table_and_the_detection_export(client, runs):
     page = client.get("/results/").content.decode()
-    heatmap = figure(page, "detection-heatmap-figure")["data"][0]
+    heatmap, *layers = figure(page, "detection-heatmap-figure")["data"]
     rows = table(page, "detection-heatmap-table")
     exported = client.get("/results/detection.json").json()
     assert len(rows) == len(exported) == 4  # (A, B, B/cuda) x guard + A x plain
     for row in rows:
         x, y = heatmap["x"].index(row["detector"]), heatmap["y"].index(f"{row['bug']} ({row['reproducer']})")
         assert heatmap["z"][y][x] == number(row["detection rate"])
-        assert heatmap["text"][y][x].startswith(f"{row['detected runs']}/{row['buggy runs']}")
+        words = "".join(trace["text"][y][x] for trace in [heatmap, *layers])  # a cell's words are drawn once
+        assert words.startswith(f"{row['detected runs']}/{row['buggy runs']}")
         assert row["outcome"] in heatmap["customdata"][y][x]
     cell = {(r["bug"], r["reproducer"], r["detector"]): r for r in exported}[("TEST-A", "cpu", "param_not_updated")]
     assert (cell["detected_runs"], cell["buggy_runs"]) == (2, 2)

@@ -11,6 +11,8 @@ from plotly.offline import get_plotlyjs_version
 
 from evaluation.charts import (
     DETECTED_COLOURS,
+    FALSE_ALARM_COLOUR,
+    FALSE_ALARM_ONLY,
     LABEL_LINE,
     NO_DATA,
     NO_DATA_COLOUR,
@@ -37,12 +39,14 @@ ONE_YEAR = 365 * 24 * 3600
 def test_heatmap_draws_cells_without_runs_in_a_colour_of_their_own_named_in_the_legend(client):
     make_runs()
     page = client.get("/results/").content.decode()
-    rates, no_data = figure(page, "detection-heatmap-figure")["data"]
+    rates, no_data, false_alarms = figure(page, "detection-heatmap-figure")["data"]
     plain, bug_b = rates["x"].index("plain"), rates["y"].index("TEST-B (cpu)")
     assert rates["z"][bug_b][plain] is None and rates["hoverongaps"] is False  # no rate: the second trace's cell
     assert no_data["z"][bug_b][plain] == 1
     assert sum(cell == 1 for row in no_data["z"] for cell in row) == 2  # TEST-B's cpu and cuda, never run plainly
-    assert no_data["showlegend"] is True and no_data["name"] == NO_DATA and "not run" in no_data["hovertemplate"]
+    assert no_data["showlegend"] is True and no_data["name"] == NO_DATA
+    assert no_data["customdata"][bug_b][plain] == NO_DATA and "not run" in NO_DATA
+    assert false_alarms["name"] == FALSE_ALARM_ONLY  # TEST-B under param_not_updated: the next test
     assert {colour for _, colour in no_data["colorscale"]} == {NO_DATA_COLOUR}
     assert NO_DATA_COLOUR not in {colour for _, colour in DETECTED_COLOURS}
     assert rates["colorscale"][0] == [0, DETECTED_COLOURS[0][1]] != [0, NO_DATA_COLOUR]  # 0 % is not "no data"
@@ -51,10 +55,27 @@ def test_heatmap_draws_cells_without_runs_in_a_colour_of_their_own_named_in_the_
                                                                                        1: "100%"}
 
 
+def test_a_cell_with_false_alarms_and_no_detection_has_a_colour_of_its_own(client):
+    """A false alarm with nothing detected is neither a miss (pale red) nor a detection: it is drawn apart."""
+    make_runs()
+    page = client.get("/results/", {"detector": "param_not_updated"}).content.decode()
+    rates, false_alarms = figure(page, "detection-heatmap-figure")["data"]
+    bug_a, bug_b = rates["y"].index("TEST-A (cpu)"), rates["y"].index("TEST-B (cpu)")
+    assert false_alarms["z"][bug_b][0] == 1 and rates["z"][bug_b][0] == 0.0  # TEST-B: 0/1, a false alarm, on top
+    assert false_alarms["z"][bug_a][0] is None and rates["z"][bug_a][0] == 1.0  # TEST-A: detected
+    assert "FA" in false_alarms["text"][bug_b][0] and rates["text"][bug_b][0] == ""  # its words drawn once
+    assert false_alarms["text"][bug_a][0] == "" and rates["text"][bug_a][0] == "2/2"
+    assert "false alarms in" in false_alarms["customdata"][bug_b][0]
+    assert false_alarms["showlegend"] is True and {colour for _, colour in false_alarms["colorscale"]} == {
+        FALSE_ALARM_COLOUR}
+    assert FALSE_ALARM_COLOUR not in {colour for _, colour in DETECTED_COLOURS} | {NO_DATA_COLOUR}
+
+
 def test_a_heatmap_with_every_cell_run_has_no_no_data_trace(client):
     make_runs()
     page = client.get("/results/", {"detector": "param_not_updated"}).content.decode()
-    [rates] = figure(page, "detection-heatmap-figure")["data"]
+    rates, false_alarms = figure(page, "detection-heatmap-figure")["data"]
+    assert false_alarms["name"] == FALSE_ALARM_ONLY  # the only other trace: TEST-B's false alarm, no "no data"
     assert None not in [cell for row in rates["z"] for cell in row]
 
 

@@ -110,6 +110,14 @@ def test_results_matrix_classifies_each_cell(client, results):
     test_b = matrix.split("TEST-B", 1)[1].split("</tr>", 1)[0]
     assert "detected" in test_a and "1/1" in test_a
     assert "false alarm" in test_b and "pre-trigger 1" in test_b
+    header = matrix.split("</thead>", 1)[0]
+    assert "<th>param_<wbr>not_<wbr>updated</th>" in header  # detector names wrap between their words only
+
+
+def test_breakable_escapes_and_offers_a_break_after_each_underscore_only():
+    from core.templatetags.prose import breakable
+
+    assert breakable("cross_rank<b>") == "cross_<wbr>rank&lt;b&gt;"
 
 
 def test_exports_agree_in_every_format(client, results):

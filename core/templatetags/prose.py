@@ -22,3 +22,10 @@ def prose(text):
                 lines.append(line.strip())
         paragraphs.append(mark_safe("<br>".join(conditional_escape(line) for line in lines)))
     return format_html_join("", "<p>{}</p>", ((p,) for p in paragraphs if p))
+
+
+@register.filter
+def breakable(name):
+    """An identifier (a detector's name) that may wrap after each underscore and nowhere else: escaped, with
+    ``<wbr>`` after every ``_``, so a narrow column breaks ``cross_rank_consistency`` between its words."""
+    return mark_safe(conditional_escape(str(name)).replace("_", "_<wbr>"))
