@@ -14,6 +14,9 @@ LOG_AXIS_MENU = {
 }
 
 
+LEGEND_MARGIN = 110  # px under the loss plot: its ticks, its axis title and two rows of legend
+
+
 def loss_figure(runs_with_alarms):
     """Per-step loss of runs (buggy and fixed overlaid), with their alarms marked on the curve."""
     figure = go.Figure()
@@ -39,8 +42,12 @@ def loss_figure(runs_with_alarms):
         if run.trigger_step is not None and run.variant == Variant.BUGGY:
             figure.add_vline(x=run.trigger_step, line_dash="dash", line_color="#888",
                              annotation_text="trigger step")
-    figure.update_layout(xaxis_title="step", yaxis_title="loss", height=380, margin={"t": 30, "r": 10},
-                         template="plotly_white", legend={"orientation": "h"}, updatemenus=[LOG_AXIS_MENU])
+    # The legend lies in the bottom margin, under the axis title: at a phone's width it wraps onto a second row,
+    # which plotly's default place for it (just under the axis) drew over the title.
+    figure.update_layout(xaxis_title="step", yaxis_title="loss", height=400,
+                         margin={"t": 30, "r": 10, "b": LEGEND_MARGIN}, template="plotly_white",
+                         legend={"orientation": "h", "x": 0, "y": 0, "yref": "container", "yanchor": "bottom"},
+                         updatemenus=[LOG_AXIS_MENU])
     return as_dict(figure)
 
 

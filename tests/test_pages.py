@@ -101,6 +101,9 @@ def test_run_page_plots_both_variants_and_marks_alarms(client, results):
     names = [trace["name"] for trace in figure["data"]]
     assert names == ["buggy", "alarms (buggy)", "fixed"]
     assert figure["data"][1]["x"] == [5]
+    legend, margin = figure["layout"]["legend"], figure["layout"]["margin"]
+    # under the axis title, in a bottom margin that holds two rows of legend: never over the title on a phone
+    assert (legend["yref"], legend["y"], legend["yanchor"]) == ("container", 0, "bottom") and margin["b"] >= 100
 
 
 def test_results_matrix_classifies_each_cell(client, results):
