@@ -409,6 +409,9 @@ SILENTBENCH_ALLOW_UNISOLATED = env_bool("SILENTBENCH_ALLOW_UNISOLATED", False)
 # budget per version in MB; 0 turns it off (every run compiles from scratch).
 SILENTBENCH_COMPILE_CACHE_DIR = VAR_DIR / "compile-cache"
 SILENTBENCH_COMPILE_CACHE_MB = env_int("SILENTBENCH_COMPILE_CACHE_MB", 256, minimum=0)
+require(SILENTBENCH_COMPILE_CACHE_MB < SILENTBENCH_MAX_DISK_MB,
+        f"SILENTBENCH_COMPILE_CACHE_MB ({SILENTBENCH_COMPILE_CACHE_MB}) must be less than SILENTBENCH_MAX_DISK_MB "
+        f"({SILENTBENCH_MAX_DISK_MB}): each run holds a copy of its version's cache in its disk total.")
 # Fork runs from a zygote that has imported torch (runners/zygote.py); false starts every run cold.
 SILENTBENCH_WARM_START = env_bool("SILENTBENCH_WARM_START", True)
 # After its oracle record, how long a run's processes may take to end before they are killed.

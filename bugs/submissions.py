@@ -25,9 +25,10 @@ ARCHIVE_READ_FACTOR = 4  # an archive may be at most this many times the unpacke
 TAR_BYTES_PER_ENTRY = 4096  # a header, a pax or long-name header, padding: what a tar adds to each member
 TAR_END_BYTES = 20 * 512  # the end-of-archive blocks and the padding of the last record
 # What the runner itself makes in a run directory beside the reproducer's files (runners/execution.py: the
-# private tmp and the report; runners/detectors/traincheck.py: its work folder, WORK_DIR): a file or folder
+# private tmp and the report; runners/detectors/traincheck.py: its work folder, WORK_DIR; runners/compile_cache.py:
+# RUN_CACHE_NAME, the copy of Inductor's cache): a file or folder
 # of the reproducer with one of these names would clash with them.
-RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck"})
+RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck", ".compile-cache"})
 # TrainCheck writes its instrumented copy of a script beside it, named with this prefix (runners/detectors/
 # traincheck.py, INSTRUMENTED_PREFIX; not imported: runners imports bugs, never the other way round).
 TRAINCHECK_COPY_PREFIX = "_traincheck_"

@@ -150,6 +150,7 @@ def execute(run, devices=()):
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
     analysis_error, analysis_seconds, offline_alarms = "", None, []
     cached_files = compiled_files = 0
+    cache_error = ""
     alarm_key = secrets.token_hex(16) if plugin.instruments else ""  # no probe, no alarm from inside
     try:
         (workdir / "tmp").mkdir()
@@ -188,8 +189,9 @@ def execute(run, devices=()):
             except RuntimeError as error:
                 analysis_error = offline_check_failed(error)
             analysis_seconds = time.monotonic() - started
-            if not analysis_error:
-                compiled_files = compile_cache.keep(workdir, version)
+            if result.sealed and result.exit_code == 0 and not result.ended_after_oracle and not analysis_error \
+                    and report.oracle is not None and not report.over_cap:
+                compiled_files, cache_error = compile_cache.keep(workdir, version)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -209,7 +211,8 @@ def execute(run, devices=()):
         "cold_reason": cold_reason,
         "zygote": "" if cold_reason else (preload[0] if isinstance(preload, tuple) else preload),
         "layers": result.layers,
-        "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else []),
+        "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else [])
+        + ([f"Some compiled files were not kept for the next runs: {cache_error}"] if cache_error else []),
         "refused_alarms": report.refused_alarms,
         "compile_cache": {"files_in": cached_files, "files_added": compiled_files},
     }

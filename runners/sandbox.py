@@ -188,6 +188,11 @@ class SandboxResult:
     def signal_name(self):
         return signal_name(self.exit_code)
 
+    @property
+    def sealed(self):
+        """Whether it ran in PID and mount namespaces of its own: once it ended, no process of it is left."""
+        return {"pid namespace", "mount namespace"} <= set(self.layers)
+
     def failure(self, limits):
         """A :class:`Failure`, or None when the program ended normally with exit code 0."""
         # The program's last words decide (an earlier, handled "Permission denied" is no reason).

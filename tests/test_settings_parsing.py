@@ -57,6 +57,8 @@ def test_a_bad_value_stops_manage_py_at_start_naming_the_variable(tmp_path, name
     ({"SILENTBENCH_WORKER_SEEN_MINUTES": "0"}, "SILENTBENCH_WORKER_SEEN_MINUTES (0) must be longer than"),
     ({"SILENTBENCH_MAX_REQUEST_BYTES": "1000"}, "SILENTBENCH_MAX_REQUEST_BYTES (1000) must exceed "
                                                 "SILENTBENCH_SUBMISSION_MAX_TOTAL_BYTES"),
+    ({"SILENTBENCH_MAX_DISK_MB": "256"}, "SILENTBENCH_COMPILE_CACHE_MB (256) must be less than "
+                                         "SILENTBENCH_MAX_DISK_MB (256)"),
 ])
 def test_settings_that_contradict_each_other_stop_the_start(tmp_path, variables, explained):
     result = run(["manage.py", "check"], child_env(tmp_path / "var", **variables))
