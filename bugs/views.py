@@ -1,5 +1,6 @@
 from functools import cache, lru_cache
 
+from django.apps import apps
 from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
@@ -10,7 +11,8 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
-from core.caching import cached, digest
+from core.caching import cached, cached_unless_changing, digest, reader, rows_state
+from core.models import AuditEvent
 
 from .exports import catalog_bugs
 from .filters import BugFilter
@@ -20,11 +22,27 @@ from .selectors import visible_bugs, visible_reproducers, visible_versions
 
 class BugListView(FilterView):
     filterset_class = BugFilter
-    template_name = "bugs/bug_list.html"
+    template_name = "bugs/bug_list_content.html"
     paginate_by = 50
+    # the fields its rows show: the rows are rendered once for the same such values (bug_list_content.html)
+    shown = ("bug_id", "title", "framework", "fault_location", "reproduction", "needs_cuda_original", "multi_rank",
+             "status")
+    # everything the content shows comes from these tables (its stability column, "caught by" and leaderboard box
+    # from the other apps' template tags), and from what the cache holds of completed campaigns
+    shown_tables = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
+                    "runners.Campaign", "runners.Detector", "evaluation.Evaluation")
+
+    def get(self, request, *args, **kwargs):
+        """The content is rendered once for the same rows of ``shown_tables`` (``core.caching.rows_state``), query
+        string and reader, unless a part of it may still change (a leaderboard over an open campaign)."""
+        state = rows_state(*self.shown_tables)
+        key = state and f"catalog:{digest((state, request.GET.urlencode(), reader(request.user)))}"
+        content = cached_unless_changing(key, lambda: super(BugListView, self).get(request, *args, **kwargs)
+                                         .rendered_content)
+        return render(request, "bugs/bug_list.html", {"content": content})
 
     def get_queryset(self):
-        return catalog_bugs(self.request.user)
+        return catalog_bugs(self.request.user).only(*self.shown)
 
     def get_context_data(self, **kwargs):
         """The filter's fields are rendered once per query string (their choices are fixed: bugs.filters), as
@@ -89,12 +107,33 @@ def pygments_css():
     return HtmlFormatter(cssclass="code").get_style_defs(".code")
 
 
+# Everything a bug page shows comes from these tables (its runs, detections, stability checks and history from the
+# other apps' template tags), and from the rows of its runs and of its history (``bug_page_state``)
+BUG_PAGE_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
+                   "runners.Environment", "runners.Campaign", "runners.Detector", "evaluation.Evaluation")
+
+
+def bug_page_state(bug):
+    """``core.caching.rows_state`` of what ``bug``'s page shows: BUG_PAGE_TABLES, the bug's runs that may still change
+    and the events about it. A run is created with its campaign, and a completed campaign's runs change only by a
+    retry, which reopens it (runners.completed): both change a row of BUG_PAGE_TABLES, so only the runs of open
+    campaigns (and of none) are read, by their IDs from an index. A run's alarms are stored and deleted only with a
+    change to the run (runners.run_rows)."""
+    runs = apps.get_model("runners", "Run").objects
+    may_change = runs.filter(reproducer_version__reproducer__bug=bug, campaign__completed_at=None)
+    return rows_state(*BUG_PAGE_TABLES, runs.filter(pk__in=may_change.values("pk")), AuditEvent.objects.about(bug))
+
+
 def bug_detail(request, bug_id):
+    """A bug's page; its content is rendered once for the same rows it shows (``bug_page_state``: its tables, the
+    bug's runs and its history), query string and reader, unless a part of it may still change."""
     bug = get_object_or_404(visible_bugs(request.user), bug_id=bug_id)
-    return render(request, "bugs/bug_detail.html", {
+    state = bug_page_state(bug)
+    key = state and f"bug-page:{bug.pk}:{digest((state, request.GET.urlencode(), reader(request.user)))}"
+    content = cached_unless_changing(key, lambda: render_to_string("bugs/bug_detail_content.html", {
         "bug": bug, "reproducers": reproducer_cards(visible_reproducers(request.user).filter(bug=bug), request.user),
-        "pygments_css": pygments_css(),
-    })
+    }, request))
+    return render(request, "bugs/bug_detail.html", {"bug": bug, "content": content, "pygments_css": pygments_css()})
 
 
 def pipeline_list(request):

@@ -19,7 +19,13 @@ from django.core.cache import cache
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.filebased import FileBasedCache
 from django.core.signals import request_finished, request_started
+from django.db import connection
 from django.db.models import Model, QuerySet
+from django.db.models.expressions import RawSQL
+from django.template.context import make_context
+from django.template.loader import get_template
+from django.template.loader_tags import ExtendsNode
+from django.utils.safestring import mark_safe
 
 IMMUTABLE_SECONDS = 7 * 24 * 3600  # how long an entry is kept; its key, not its age, is what keeps it right
 _MISSING = object()
@@ -68,12 +74,96 @@ def _versioned(key):
 def cached(key, compute, timeout=IMMUTABLE_SECONDS):
     """``compute()``, kept under ``key``; a key of None (what is still changing) computes it every time."""
     if key is None:
+        _still_changing()
         return compute()
     value = cache.get(_versioned(key), _MISSING)
     if value is _MISSING:
         value = compute()
         cache.set(_versioned(key), value, timeout)
     return value
+
+
+_computing = threading.local()  # .frames: a list per ``cached_unless_changing`` being computed in this thread
+
+
+def _still_changing():
+    """Tell every ``cached_unless_changing`` being computed that its value used something that may still change."""
+    for frame in getattr(_computing, "frames", ()):
+        frame["changing"] = True
+
+
+def cached_unless_changing(key, compute, timeout=IMMUTABLE_SECONDS):
+    """As ``cached``, except that a value whose computing used a part that may still change (``cached`` or
+    ``cached_many`` with no key, such as the live tables of an open campaign) is not kept: a page built of parts,
+    kept only when every part is."""
+    if key is None:
+        return cached(None, compute)
+    value = cache.get(_versioned(key), _MISSING)
+    if value is not _MISSING:
+        return value
+    frames = _computing.__dict__.setdefault("frames", [])
+    frame = {"changing": False}
+    frames.append(frame)
+    try:
+        value = compute()
+    finally:
+        frames.remove(frame)
+    if frame["changing"]:
+        _still_changing()
+    else:
+        cache.set(_versioned(key), value, timeout)
+    return value
+
+
+def rendered_blocks(template_name, context, request):
+    """{"title": HTML, "content": HTML}: the title and content blocks that ``template_name`` fills in the template it
+    extends, each rendered on its own with ``context`` and ``request`` (as ``render`` would, without the page around
+    them), for templates/page.html to place: to keep a page's content, then render the page around it at each
+    request (the reader's name and messages). A template that fills any other block (the head or the scripts, which
+    carry the request's nonce) is refused, rather than shown without it."""
+    template = get_template(template_name).template
+    blocks = template.nodelist.get_nodes_by_type(ExtendsNode)[0].blocks
+    if set(blocks) - {"title", "content"}:
+        raise ValueError(f"{template_name} fills blocks other than the title and the content: {sorted(blocks)}")
+    context = make_context(context, request)
+    with context.bind_template(template):
+        return {name: mark_safe(block.nodelist.render(context)) for name, block in blocks.items()}
+
+
+def reader(user):
+    """Whose view a page shows, in a cache key: the public's (anonymous), or one signed-in user's with their
+    permissions of now (what they may see and do; the navigation reads them anyway)."""
+    if not user.is_authenticated:
+        return "public"
+    return f"user:{user.pk}:{digest(sorted(user.get_all_permissions()))}"
+
+
+def rows_state(*parts):
+    """A digest of the rows of each of ``parts`` (a model's label, "app.Model", for all its rows, or a queryset for
+    those it selects), which any insert, update or delete of one of them changes, by whatever process, ``update()``
+    and raw SQL included; None where the database cannot tell (only PostgreSQL can). PostgreSQL writes every change
+    as a new row version, with a place (``ctid``) and the transaction that wrote it (``xmin``) of its own, and a
+    reader sees the committed versions only: the digest of their places and writers changes exactly when what the
+    reader sees does. One query, which reads every row of ``parts``: for small tables and selections (the catalog,
+    the evaluations, one bug's runs).
+
+    What is computed after reading it may see later changes too: it is then newer than its key, never older, and a
+    reader who sees those changes gets a new key."""
+    if connection.vendor != "postgresql":
+        return None
+    selects, params = [], []
+    for part in parts:
+        rows = apps.get_model(part).objects.all() if isinstance(part, str) else part
+        table = connection.ops.quote_name(rows.model._meta.db_table)
+        versions = rows.order_by().annotate(row_version=RawSQL(f"{table}.ctid::text || {table}.xmin::text", ()))
+        sql, part_params = versions.values("row_version").query.sql_with_params()
+        # in the order the database reads them (sorting them costs more): another order is another key, never a
+        # wrong one
+        selects.append(f"(SELECT md5(string_agg(row_version, ',')) FROM ({sql}) AS part)")
+        params.extend(part_params)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(selects), params)
+        return cursor.fetchone()
 
 
 def cached_many(keys, compute, timeout=IMMUTABLE_SECONDS):
@@ -83,6 +173,8 @@ def cached_many(keys, compute, timeout=IMMUTABLE_SECONDS):
     found = {item: stored[_versioned(key)] for item, key in keys.items()
              if key is not None and _versioned(key) in stored}
     missing = [item for item in keys if item not in found]
+    if any(key is None for key in keys.values()):
+        _still_changing()
     if missing:
         computed = compute(missing)
         cache.set_many({_versioned(keys[item]): computed[item] for item in missing if keys[item] is not None},

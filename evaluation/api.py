@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .filters import OUTCOMES
-from .results import TABLES, NotFound, Results
+from .results import TABLES, NotFound, Results, shown_once
 
 
 class ResultsView(APIView):
@@ -24,6 +24,9 @@ class ResultsView(APIView):
                                                      + ", ".join(OUTCOMES)),
     ], responses={200: dict})
     def get(self, request):
+        return Response(shown_once(request, "api-results", lambda: self.body(request)))
+
+    def body(self, request):
         try:
             results = Results(request.query_params, request.user)
         except NotFound as error:
@@ -33,4 +36,4 @@ class ResultsView(APIView):
         body = {"evaluation": results.evaluation.pk if results.evaluation else None}
         for name, (key, _, _) in TABLES.items():
             body[key] = json.loads(results.table(name).to_json(orient="records"))
-        return Response(body)
+        return body

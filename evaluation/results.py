@@ -4,13 +4,12 @@ results filter. Everything that shows a number goes through ``Results``, so they
 from functools import cached_property
 
 import pandas as pd
-from django.db.models import Count, Q, TextField
-from django.db.models.functions import MD5, Cast
+from django.db.models import Count, Q
 
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
 from bugs.selectors import visible_bugs
-from core.caching import cached, digest, per_request
+from core.caching import cached, cached_unless_changing, digest, per_request, reader, rows_state
 from runners.completed import completed_key
 from runners.models import Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
@@ -43,8 +42,6 @@ TABLES = {
     "flakiness": ("flakiness", flakiness_table, FLAKINESS_COLUMNS),
 }
 WHOLE_ROWS = ("detection", "overhead", "flakiness")  # tables whose rows a bug filter keeps or drops whole
-# A digest of an evaluation's stored tables, computed by the database (Evaluation.tables is read only when used).
-TABLES_DIGEST = MD5(Cast("tables", TextField()))
 
 
 class NotFound(LookupError):
@@ -76,15 +73,14 @@ def results_viewer(user):
 
 @per_request
 def latest_evaluation(viewer):
-    """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None, with the
-    digest of its tables (``cached_for``), which the database computes from them: asked once per request (the
-    catalog's leaderboard box and "caught by" column both show it)."""
-    return evaluations_for(viewer).annotate(tables_digest=TABLES_DIGEST).first()
+    """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None: asked once
+    per request (the catalog's leaderboard box and "caught by" column both show it)."""
+    return evaluations_for(viewer).first()
 
 
 def cached_for(evaluation, part, compute):
-    """``compute()`` over ``evaluation``'s stored tables, cached under their digest: retabulating the evaluation
-    (``evaluation.actions``) changes it."""
+    """``compute()`` over ``evaluation``'s stored tables, cached under their digest (``Evaluation.tables_digest``,
+    which every save of the tables sets: retabulating the evaluation changes it)."""
     return cached(f"evaluation:{evaluation.pk}:{evaluation.tables_digest}:{part}", compute)
 
 
@@ -94,6 +90,22 @@ def evaluations_for(viewer, campaigns=None):
     shows none)."""
     campaigns = visible_campaigns(viewer) if campaigns is None else campaigns
     return Evaluation.objects.filter(campaign__in=campaigns).select_related("campaign").defer("tables")
+
+
+# Everything the results page, its API, the leaderboard and the exports show comes from these tables (the selection,
+# its filter's choices, the runs' environments, the bugs' visibility and verdicts), and from the cache's parts of
+# stored evaluations and completed campaigns: a selection still changing (an open campaign, every run) is computed
+# at each request.
+SHOWN_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.Campaign", "runners.Detector",
+                "runners.Environment", "evaluation.Evaluation")
+
+
+def shown_once(request, part, compute):
+    """``compute()``, kept for the same rows of SHOWN_TABLES (``core.caching.rows_state``), query string and reader
+    unless a part of it may still change (``core.caching.cached_unless_changing``)."""
+    state = rows_state(*SHOWN_TABLES)
+    key = state and f"{part}:{digest((state, request.GET.urlencode(), reader(request.user)))}"
+    return cached_unless_changing(key, compute)
 
 
 def without_nan(frame):
@@ -132,7 +144,7 @@ class Results:
             self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
-            self.evaluation = (self.evaluations.annotate(tables_digest=TABLES_DIGEST).filter(pk=evaluation_id).first()
+            self.evaluation = (self.evaluations.filter(pk=evaluation_id).first()
                                if evaluation_id is not None else latest_evaluation(self.viewer))
             if evaluation_id is not None and self.evaluation is None:
                 raise NotFound(f"No evaluation #{evaluation_id}.")
@@ -163,7 +175,12 @@ class Results:
         """Whether table ``name`` of a stored evaluation is computed from its runs because the evaluation predates
         it (``manage.py evaluate --retabulate ID`` stores it)."""
         key, compute, _ = TABLES[name]
-        return self.evaluation is not None and compute is not None and key not in self.evaluation.tables
+        return self.evaluation is not None and compute is not None and key not in self._stored_names
+
+    @cached_property
+    def _stored_names(self):
+        """The names of the tables the evaluation stored, read from them once for the same tables."""
+        return cached_for(self.evaluation, "stored-names", lambda: list(self.evaluation.tables))
 
     def _compute_table(self, name):
         key, compute, columns = TABLES[name]

@@ -2,7 +2,7 @@ from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import render
 from django.template.loader import render_to_string
 
-from core.caching import cached, digest
+from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
 
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
@@ -10,7 +10,7 @@ from .compare import compare_query, comparison_frame
 from .exports import EXPORT_TABLES, InvalidFilter, results_export
 from .leaderboard import build_leaderboard
 from .methodology import CITATION, detectors, sections
-from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer
+from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer, shown_once
 from .tables import by_integration, matrix
 
 
@@ -24,17 +24,23 @@ def selected_results(request):
 def results(request):
     """The result tables and plots of one selection, with what it holds (runs, seeds, environments) and which
     filter applies to which section. The tables and plots are rendered once while the selection cannot change
-    (``Results.cache_key``), for the query string their links carry."""
+    (``Results.cache_key``), for the query string their links carry, and the whole content once for the same
+    rows it shows (``shown_once``)."""
+    return render(request, "evaluation/results.html", {"content": shown_once(request, "results-page", lambda: (
+        render_to_string("evaluation/results_content.html", results_context(request), request)))})
+
+
+def results_context(request):
     results = selected_results(request)
     query = request.GET.urlencode()
     tables_html = results.cached(f"page:{digest(query)}", lambda: render_to_string(
         "evaluation/results_tables.html", tables_context(results, query)))
-    return render(request, "evaluation/results.html", {
+    return {
         "evaluation": results.evaluation, "results": results, "summary": results.runs_summary(),
         "filter_form": results.form, "filter_fields": filter_fields(results.form, query), "tables_html": tables_html,
         "campaigns": results.campaigns.order_by("-created_at").only("id", "name")[:50],
         "evaluations": dropdown(results.evaluations),
-    })
+    }
 
 
 def dropdown(evaluations):
@@ -70,12 +76,13 @@ def tables_context(results, query):
 
 def export_table(request, table, fmt):
     """A table as a download. While the selection cannot change (``Results.cache_key``) the file is made once for
-    the query string (a LaTeX table through pandas' Styler costs far more than reading it back)."""
+    the query string (a LaTeX table through pandas' Styler costs far more than reading it back), and found again
+    by the rows it shows (``shown_once``) without selecting the results anew."""
     if table not in EXPORT_TABLES or fmt not in EXPORT_FORMATS:
         raise Http404("Unknown table or format.")
     query = request.GET.urlencode()
-    return selected_results(request).cached(f"export:{table}:{fmt}:{digest(query)}",
-                                            lambda: export_response(table, fmt, request.GET, request.user))
+    return shown_once(request, f"export:{table}:{fmt}", lambda: selected_results(request).cached(
+        f"export:{table}:{fmt}:{digest(query)}", lambda: export_response(table, fmt, request.GET, request.user)))
 
 
 def export_response(table, fmt, query, user):
@@ -107,15 +114,18 @@ def compare_export(request, fmt):
 
 
 def leaderboard(request):
-    """One row per detector, ranked by the bugs caught beyond the fixed twin (evaluation.leaderboard)."""
+    """One row per detector, ranked by the bugs caught beyond the fixed twin (evaluation.leaderboard), rendered once
+    for the same rows it shows (``shown_once``)."""
+    return render(request, "page.html", {"blocks": shown_once(request, "leaderboard-page", lambda: rendered_blocks(
+        "evaluation/leaderboard.html", leaderboard_context(request), request))})
+
+
+def leaderboard_context(request):
     try:
         board = build_leaderboard(request.GET, request.user)
     except NotFound as error:
         raise Http404(str(error)) from error
-    return render(request, "evaluation/leaderboard.html", {
-        "board": board, "summary": board.runs_summary(),
-        "evaluations": dropdown(board.results.evaluations),
-    })
+    return {"board": board, "summary": board.runs_summary(), "evaluations": dropdown(board.results.evaluations)}
 
 
 def methodology(request):

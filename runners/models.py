@@ -260,6 +260,9 @@ class Run(models.Model):
             # A campaign's runs by ID, either way: a page of the runs API filtered by campaign (newest first) and of
             # the campaign page (oldest first) reads its own index entries, not those of every newer run.
             models.Index(fields=["campaign", "id"], name="run_campaign_by_id"),
+            # A bug page names its runs that may still change, those of campaigns still open, from this index alone
+            # (bugs.views.bug_page_state), and reads only those rows.
+            models.Index(fields=["reproducer_version", "campaign", "id"], name="run_version_campaign"),
         ]
 
     def __str__(self):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, Permission
 from django.core.cache import cache
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, connection
@@ -16,9 +17,10 @@ from django.template import Context, Template
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from bugs.models import Bug, Reproducer, ReproducerVersion
-from core import caching
+from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
+from core import audit, caching
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
+from evaluation.models import Evaluation, tables_digest_of
 from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
 from runners.models import Run, RunStatus
 from runners.plans import CampaignPlan
@@ -33,6 +35,7 @@ from .factories import (
     ReproducerVersionFactory,
     RunFactory,
     StabilityCheckFactory,
+    UserFactory,
 )
 from .helpers import make_runs, table
 
@@ -125,6 +128,117 @@ def test_an_open_evaluation_campaign_is_judged_live(client):
     assert get(client, "/results/")[0] == first and "1 queued" not in body  # computed again, not from the cache
 
 
+
+def test_an_evaluation_s_digest_follows_its_tables():
+    """The digest that names a stored evaluation's tables in every key is set by each save of them: storing,
+    retabulating (the actions), and any other save."""
+    evaluation, runs = completed_evaluation()
+    stored = evaluation.tables_digest
+    assert Evaluation.objects.get(pk=evaluation.pk).tables_digest == stored == tables_digest_of(evaluation.tables)
+    AlarmFactory(run=runs["clean"], step=5, rule="no_parameter_updated")
+    do_retabulate_evaluation(evaluation, acting_user=None)
+    assert Evaluation.objects.get(pk=evaluation.pk).tables_digest not in ("", stored)
+    evaluation.wall_seconds = 2.0
+    evaluation.save(update_fields=["wall_seconds"])
+    assert Evaluation.objects.get(pk=evaluation.pk).tables_digest == tables_digest_of(evaluation.tables)
+
+
+# --- Pages kept whole: named by the rows of the tables they show ---
+
+def test_the_state_of_rows_changes_with_every_write():
+    """PostgreSQL tells each change of a table's rows, update() and deletions included, without reading them; the
+    other databases do not, and the pages that use it are then computed as before."""
+    bug = BugFactory()
+    state = caching.rows_state("bugs.Bug", "bugs.Reproducer")
+    if connection.vendor != "postgresql":
+        assert state is None
+        return
+    assert caching.rows_state("bugs.Bug", "bugs.Reproducer") == state
+    Bug.objects.filter(pk=bug.pk).update(title="changed")
+    changed = caching.rows_state("bugs.Bug", "bugs.Reproducer")
+    assert changed[0] != state[0] and changed[1] == state[1]
+    Bug.objects.filter(pk=bug.pk).update(title=bug.title)  # the same values again: a new row version all the same
+    assert caching.rows_state("bugs.Bug", "bugs.Reproducer")[0] not in (state[0], changed[0])
+    again = caching.rows_state("bugs.Bug", "bugs.Reproducer")
+    ReproducerFactory(bug=bug)
+    assert caching.rows_state("bugs.Bug", "bugs.Reproducer")[1] != again[1]
+    Reproducer.objects.all().delete()
+    assert caching.rows_state("bugs.Bug", "bugs.Reproducer")[1] == state[1] is None  # an empty table
+
+
+def test_a_page_is_kept_only_when_none_of_its_parts_may_still_change():
+    computed = []
+
+    def page(part_key):
+        computed.append(part_key)
+        return caching.cached(part_key, lambda: "part")
+
+    assert caching.cached_unless_changing("kept", lambda: page("immutable")) == "part"
+    caching.cached_unless_changing("kept", lambda: page("immutable"))
+    caching.cached_unless_changing("live", lambda: page(None))
+    caching.cached_unless_changing("live", lambda: page(None))
+    outer = caching.cached_unless_changing("outer", lambda: caching.cached_unless_changing(
+        "inner", lambda: page(None)))  # a live part makes every page around it live
+    caching.cached_unless_changing("outer", lambda: computed.append("outer again"))
+    assert computed == ["immutable", None, None, None, "outer again"] and outer == "part"
+
+
+def test_a_page_kept_whole_shows_each_change_to_a_row_it_shows(client):
+    """update() leaves no trace but the row itself: the results page, the leaderboard and the exports show it."""
+    evaluation, _ = completed_evaluation()
+    for url in SURFACES:
+        client.get(url)
+    Evaluation.objects.filter(pk=evaluation.pk).update(parameters={"seeds": 7, "command": "manage.py evaluate-now"})
+    assert "7 seeds" in get(client, "/results/")[1]
+    assert "manage.py evaluate-now" in get(client, "/leaderboard/")[1]
+    assert "7 seeds" in get(client, "/")[1]
+    Bug.objects.filter(bug_id="TEST-A").update(status=BugStatus.SUBMITTED)  # hidden from the public now
+    assert "TEST-A" not in get(client, "/results/detection.csv")[1] and "TEST-A" not in get(client, "/")[1]
+
+
+
+def test_a_bug_page_shows_each_change_to_its_runs_and_history(client):
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-PAGE")))
+    run = RunFactory(reproducer_version=version, status=RunStatus.QUEUED)
+    url = "/bugs/TEST-PAGE/"
+
+    def runs():
+        """The status cell of each run listed, newest first (a failed run's reason follows its status)."""
+        return [row["Status"] for row in table(get(client, url)[1], "runs")]
+
+    assert runs() == runs() == ["Queued"]
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, failure_reason="out of memory")
+    assert runs() == ["Failedout of memory"]
+    RunFactory(reproducer_version=version, status=RunStatus.RUNNING)
+    assert runs() == ["Running", "Failedout of memory"]
+    audit.record(None, "deprecate", version.reproducer.bug, "a change of the bug's history")
+    assert "a change of the bug&#x27;s history" in get(client, url)[1]
+
+
+
+def test_only_a_page_s_title_and_content_are_kept(rf):
+    """The leaderboard's blocks are kept and placed in templates/page.html; a page with scripts (which carry the
+    request's nonce) is refused rather than shown without them."""
+    request = rf.get("/")
+    request.user = AnonymousUser()
+    blocks = caching.rendered_blocks("evaluation/leaderboard.html", {"summary": {}}, request)
+    assert set(blocks) == {"title", "content"} and blocks["title"] == "Leaderboard"
+    with pytest.raises(ValueError, match="scripts"):
+        caching.rendered_blocks("evaluation/results.html", {}, request)
+
+
+
+def test_a_page_kept_whole_follows_its_reader_s_permissions(client):
+    ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-PERM")))
+    user = UserFactory()
+    client.force_login(user)
+    assert "New campaign" not in get(client, "/bugs/TEST-PERM/")[1]
+    user.user_permissions.add(Permission.objects.get(codename="trigger_campaign"))
+    assert "New campaign" in get(client, "/bugs/TEST-PERM/")[1]
+    client.logout()
+    assert "New campaign" not in get(client, "/bugs/TEST-PERM/")[1]
+
+
 # --- Completed campaigns ---
 
 def campaign_with_a_failure():
@@ -148,6 +262,18 @@ def progress(page):
 def finished(client):
     """The campaign list's "finished / runs" of each campaign."""
     return re.findall(r"(\d+ / \d+) runs", get(client, "/campaigns/")[1])
+
+
+def test_a_bug_page_reads_the_runs_of_open_campaigns_and_shows_a_retry(client):
+    """A completed campaign's runs change only by a retry, which reopens it: the bug page shows the retried run."""
+    campaign, failed = campaign_with_a_failure()
+    url = "/bugs/TEST-CAMPAIGN/"
+    assert get(client, url)[1] == get(client, url)[1] and "Over its time limit." in get(client, url)[1]
+    do_retry_failed_runs(campaign, acting_user=None)
+    assert "Over its time limit." not in table(get(client, url)[1], "runs")[0]["Status"]
+    assert [row["Status"] for row in table(get(client, url)[1], "runs")].count("Queued") == 1
+    Run.objects.filter(pk=failed.pk).update(status=RunStatus.RUNNING)  # the campaign is open: read at each request
+    assert [row["Status"] for row in table(get(client, url)[1], "runs")].count("Running") == 1
 
 
 def test_a_completed_campaign_is_counted_once_until_a_retry_reopens_it(client):

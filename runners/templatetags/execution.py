@@ -1,16 +1,19 @@
 """What the catalog's pages show of execution: a bug's or pipeline's runs, its stability checks and their
 history, and the verification of each submitted version. Tags, so that the catalog app (bugs) renders
 them without importing runners (the apps depend one way: bugs <- runners <- evaluation)."""
+from dataclasses import dataclass
+
 from django import template
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, OuterRef, Subquery
+from django.db.models import Count, F, Max, Window
+from django.db.models.functions import RowNumber
 
 from bugs.models import Reproducer
 from bugs.selectors import visible_reproducers
 from core.caching import cached, digest
 
 from ..charts import stability_chart
-from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, runs_for_listing
+from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, StabilityVerdict, runs_for_listing
 from ..run_rows import run_rows
 from ..selectors import visible_runs
 
@@ -42,22 +45,45 @@ def execution_of(context, cards, bug=None):
             "stability_chart": chart}
 
 
+def _newest_per_reproducer(reproducers):
+    """The stability checks of ``reproducers``, each numbered ``newest`` from 1, its reproducer's last check, in one
+    pass over their index (a window function: no subquery per reproducer)."""
+    newest_first = [F("checked_at").desc(), F("id").desc()]
+    return StabilityCheck.objects.filter(reproducer_version__reproducer__in=reproducers).annotate(newest=Window(
+        RowNumber(), partition_by=F("reproducer_version__reproducer"), order_by=newest_first))
+
+
 def last_checks(reproducers):
     """The last stability check of each of ``reproducers`` that has one, with its environment and version."""
-    last_check = (StabilityCheck.objects.filter(reproducer_version__reproducer=OuterRef("pk"))
-                  .order_by("-checked_at", "-id").values("pk")[:1])
-    return (StabilityCheck.objects.filter(pk__in=reproducers.values(last=Subquery(last_check)))
+    return (_newest_per_reproducer(reproducers).filter(newest=1)
             .select_related("environment", "reproducer_version__reproducer").defer(*VERSION_CONTENT))
+
+
+@dataclass(frozen=True)
+class LastCheck:
+    """What the catalog shows of a reproducer's last stability check."""
+
+    reproducer: str
+    verdict: str
+    seeds: int
+    buggy_manifested: int
+    fixed_manifested: int
+
+    def get_verdict_display(self):
+        return StabilityVerdict(self.verdict).label
 
 
 @register.simple_tag(takes_context=True)
 def attach_stability(context, bugs):
-    """Set ``stability`` on one page of the catalog's bugs: the last stability check of each of their reproducers
-    that the reader may see, by reproducer name. One query, whatever the history."""
+    """Set ``stability`` on one page of the catalog's bugs: the last stability check (``LastCheck``) of each of their
+    reproducers that the reader may see, by reproducer name. One query of plain values, whatever the history."""
     by_bug = {bug.pk: [] for bug in bugs}
     reproducers = visible_reproducers(context["request"].user).filter(bug__in=list(by_bug))
-    for check in sorted(last_checks(reproducers), key=lambda check: check.reproducer_version.reproducer.name):
-        by_bug[check.reproducer_version.reproducer.bug_id].append(check)
+    checks = _newest_per_reproducer(reproducers).filter(newest=1).values_list(
+        "reproducer_version__reproducer__bug", "reproducer_version__reproducer__name", "verdict", "seeds",
+        "buggy_manifested", "fixed_manifested")
+    for bug_id, *check in sorted(checks, key=lambda check: check[1]):
+        by_bug[bug_id].append(LastCheck(*check))
     for bug in bugs:
         bug.stability = by_bug[bug.pk]
     return ""
