@@ -157,6 +157,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             return Run.objects.none()
         return serialized_runs(visible_runs(self.request.user))
 
+    def filter_queryset(self, queryset):
+        """With no filter in the query, nothing to filter: django-filter would still build and validate its form
+        (about 2 ms of each request)."""
+        if not set(self.request.query_params) & set(RunFilter.base_filters):
+            return queryset
+        return super().filter_queryset(queryset)
+
     def list(self, request, *args, **kwargs):
         """A page of runs, each serialized once for its state: the page is read with the fields that change as a
         run is claimed, runs, is requeued, fails or finishes (its results and alarms are stored with
@@ -164,9 +171,10 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         in a state not serialized yet are read whole. A run's representation is the same for every reader. The
         page as a whole is kept too, under the keys of its runs, so that a page seen before is one read of the
         cache rather than one per run."""
-        page = self.paginate_queryset(self.filter_queryset(visible_runs(request.user)).only(*RUN_STATE))
         state = [Run._meta.get_field(name).attname for name in RUN_STATE]
-        keys = {run.pk: f"api-run:{run.pk}:{digest([getattr(run, name) for name in state])}" for run in page}
+        # read as plain values: building 50 model instances cost more than the rest of the page's reading
+        page = self.paginate_queryset(self.filter_queryset(visible_runs(request.user)).values(*state))
+        keys = {row["id"]: f"api-run:{row['id']}:{digest([row[name] for name in state])}" for row in page}
         return self.get_paginated_response(cached(f"api-runs:{digest(list(keys.values()))}",
                                                   lambda: self.representations(keys)))
 
