@@ -124,6 +124,10 @@ def bug_page_state(bug):
     return rows_state(*BUG_PAGE_TABLES, runs.filter(pk__in=may_change.values("pk")), AuditEvent.objects.about(bug))
 
 
+# What a plot leaves in a page's HTML (templates/evaluation/chart.html): its figure, for static/js/charts.js to draw.
+PLOT_MARK = 'class="plot" data-figure='
+
+
 def bug_detail(request, bug_id):
     """A bug's page; its content is rendered once for the same rows it shows (``bug_page_state``: its tables, the
     bug's runs and its history), query string and reader, unless a part of it may still change."""
@@ -133,7 +137,8 @@ def bug_detail(request, bug_id):
     content = cached_unless_changing(key, lambda: render_to_string("bugs/bug_detail_content.html", {
         "bug": bug, "reproducers": reproducer_cards(visible_reproducers(request.user).filter(bug=bug), request.user),
     }, request))
-    return render(request, "bugs/bug_detail.html", {"bug": bug, "content": content, "pygments_css": pygments_css()})
+    return render(request, "bugs/bug_detail.html", {"bug": bug, "content": content, "pygments_css": pygments_css(),
+                                                     "has_plot": PLOT_MARK in content})
 
 
 def pipeline_list(request):

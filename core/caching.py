@@ -107,7 +107,7 @@ def cached_unless_changing(key, compute, timeout=IMMUTABLE_SECONDS):
     try:
         value = compute()
     finally:
-        frames.remove(frame)
+        frames.pop()  # this call's own frame, the last: the frames of nested calls are gone already
     if frame["changing"]:
         _still_changing()
     else:

@@ -182,6 +182,14 @@ def test_a_page_is_kept_only_when_none_of_its_parts_may_still_change():
     caching.cached_unless_changing("outer", lambda: computed.append("outer again"))
     assert computed == ["immutable", None, None, None, "outer again"] and outer == "part"
 
+    def kept_inside_a_live_page():  # a kept part, then a live one: the page around both is live
+        caching.cached_unless_changing("inner kept", lambda: page("immutable 2"))
+        return page(None)
+
+    caching.cached_unless_changing("outer 2", kept_inside_a_live_page)
+    caching.cached_unless_changing("outer 2", kept_inside_a_live_page)
+    assert computed[5:] == ["immutable 2", None, None]  # the outer page computed twice; the inner part once
+
 
 def test_a_page_kept_whole_shows_each_change_to_a_row_it_shows(client):
     """update() leaves no trace but the row itself: the results page, the leaderboard and the exports show it."""
@@ -214,6 +222,20 @@ def test_a_bug_page_shows_each_change_to_its_runs_and_history(client):
     audit.record(None, "deprecate", version.reproducer.bug, "a change of the bug's history")
     assert "a change of the bug&#x27;s history" in get(client, url)[1]
 
+
+
+def test_a_kept_bug_page_carries_each_request_s_own_nonce(client):
+    """The bug page's plot needs plotly's style element under the request's nonce: it is drawn around the kept
+    content at each request, never kept in it (another request's nonce would be refused by this one's policy)."""
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-NONCE")))
+    StabilityCheckFactory(reproducer_version=version)
+    for _ in range(2):
+        response = client.get("/bugs/TEST-NONCE/")
+        nonce = re.search(r"'nonce-([^']+)'", response["Content-Security-Policy"])[1]
+        page = response.content.decode()
+        assert 'class="plot" data-figure=' in page  # the stability chart
+        assert set(re.findall(r'nonce="([^"]*)"', page)) == {nonce}
+        assert '<style id="plotly.js-style-global" nonce="' in page
 
 
 def test_only_a_page_s_title_and_content_are_kept(rf):
