@@ -11,7 +11,7 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
-from core.caching import cached, cached_unless_changing, digest, reader, rows_state
+from core.caching import cached, digest, kept_for_rows
 from core.models import AuditEvent
 
 from .exports import catalog_bugs
@@ -35,10 +35,8 @@ class BugListView(FilterView):
     def get(self, request, *args, **kwargs):
         """The content is rendered once for the same rows of ``shown_tables`` (``core.caching.rows_state``), query
         string and reader, unless a part of it may still change (a leaderboard over an open campaign)."""
-        state = rows_state(*self.shown_tables)
-        key = state and f"catalog:{digest((state, request.GET.urlencode(), reader(request.user)))}"
-        content = cached_unless_changing(key, lambda: super(BugListView, self).get(request, *args, **kwargs)
-                                         .rendered_content)
+        content = kept_for_rows(request, "catalog", self.shown_tables,
+                                lambda: super(BugListView, self).get(request, *args, **kwargs).rendered_content)
         return render(request, "bugs/bug_list.html", {"content": content})
 
     def get_queryset(self):
@@ -108,20 +106,20 @@ def pygments_css():
 
 
 # Everything a bug page shows comes from these tables (its runs, detections, stability checks and history from the
-# other apps' template tags), and from the rows of its runs and of its history (``bug_page_state``)
+# other apps' template tags), and from the rows of its runs and of its history (``bug_page_rows``)
 BUG_PAGE_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
                    "runners.Environment", "runners.Campaign", "runners.Detector", "evaluation.Evaluation")
 
 
-def bug_page_state(bug):
-    """``core.caching.rows_state`` of what ``bug``'s page shows: BUG_PAGE_TABLES, the bug's runs that may still change
-    and the events about it. A run is created with its campaign, and a completed campaign's runs change only by a
-    retry, which reopens it (runners.completed): both change a row of BUG_PAGE_TABLES, so only the runs of open
-    campaigns (and of none) are read, by their IDs from an index. A run's alarms are stored and deleted only with a
-    change to the run (runners.run_rows)."""
+def bug_page_rows(bug):
+    """The rows ``bug``'s page shows, as ``core.caching.rows_state`` takes them: BUG_PAGE_TABLES, the bug's runs
+    that may still change and the events about it. A run is created with its campaign, and a completed campaign's
+    runs change only by a retry, which reopens it (runners.completed): both change a row of BUG_PAGE_TABLES, so only
+    the runs of open campaigns (and of none) are read, by their IDs from an index. A run's alarms are stored and
+    deleted only with a change to the run (runners.run_rows)."""
     runs = apps.get_model("runners", "Run").objects
     may_change = runs.filter(reproducer_version__reproducer__bug=bug, campaign__completed_at=None)
-    return rows_state(*BUG_PAGE_TABLES, runs.filter(pk__in=may_change.values("pk")), AuditEvent.objects.about(bug))
+    return (*BUG_PAGE_TABLES, runs.filter(pk__in=may_change.values("pk")), AuditEvent.objects.about(bug))
 
 
 # What a plot leaves in a page's HTML (templates/evaluation/chart.html): its figure, for static/js/charts.js to draw.
@@ -129,14 +127,13 @@ PLOT_MARK = 'class="plot" data-figure='
 
 
 def bug_detail(request, bug_id):
-    """A bug's page; its content is rendered once for the same rows it shows (``bug_page_state``: its tables, the
+    """A bug's page; its content is rendered once for the same rows it shows (``bug_page_rows``: its tables, the
     bug's runs and its history), query string and reader, unless a part of it may still change."""
     bug = get_object_or_404(visible_bugs(request.user), bug_id=bug_id)
-    state = bug_page_state(bug)
-    key = state and f"bug-page:{bug.pk}:{digest((state, request.GET.urlencode(), reader(request.user)))}"
-    content = cached_unless_changing(key, lambda: render_to_string("bugs/bug_detail_content.html", {
-        "bug": bug, "reproducers": reproducer_cards(visible_reproducers(request.user).filter(bug=bug), request.user),
-    }, request))
+    content = kept_for_rows(request, f"bug-page:{bug.pk}", bug_page_rows(bug), lambda: render_to_string(
+        "bugs/bug_detail_content.html",
+        {"bug": bug, "reproducers": reproducer_cards(visible_reproducers(request.user).filter(bug=bug), request.user)},
+        request))
     return render(request, "bugs/bug_detail.html", {"bug": bug, "content": content, "pygments_css": pygments_css(),
                                                      "has_plot": PLOT_MARK in content})
 

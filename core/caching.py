@@ -115,6 +115,15 @@ def cached_unless_changing(key, compute, timeout=IMMUTABLE_SECONDS):
     return value
 
 
+def kept_for_rows(request, part, shown, compute):
+    """``compute()`` for ``request``, kept for the same rows of ``shown`` (``rows_state``'s parts: what the page
+    shows), query string and reader, unless a part of it may still change (``cached_unless_changing``); computed
+    every time where the database cannot tell the rows' state."""
+    state = rows_state(*shown)
+    key = state and f"{part}:{digest((state, request.GET.urlencode(), reader(request.user)))}"
+    return cached_unless_changing(key, compute)
+
+
 def rendered_blocks(template_name, context, request):
     """{"title": HTML, "content": HTML}: the title and content blocks that ``template_name`` fills in the template it
     extends, each rendered on its own with ``context`` and ``request`` (as ``render`` would, without the page around

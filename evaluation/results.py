@@ -9,7 +9,7 @@ from django.db.models import Count, Q
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
 from bugs.selectors import visible_bugs
-from core.caching import cached, cached_unless_changing, digest, per_request, reader, rows_state
+from core.caching import cached, digest, kept_for_rows, per_request
 from runners.completed import completed_key
 from runners.models import Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
@@ -101,11 +101,8 @@ SHOWN_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runner
 
 
 def shown_once(request, part, compute):
-    """``compute()``, kept for the same rows of SHOWN_TABLES (``core.caching.rows_state``), query string and reader
-    unless a part of it may still change (``core.caching.cached_unless_changing``)."""
-    state = rows_state(*SHOWN_TABLES)
-    key = state and f"{part}:{digest((state, request.GET.urlencode(), reader(request.user)))}"
-    return cached_unless_changing(key, compute)
+    """``compute()``, kept for the same rows of SHOWN_TABLES, query string and reader (``kept_for_rows``)."""
+    return kept_for_rows(request, part, SHOWN_TABLES, compute)
 
 
 def without_nan(frame):

@@ -261,7 +261,7 @@ class Run(models.Model):
             # the campaign page (oldest first) reads its own index entries, not those of every newer run.
             models.Index(fields=["campaign", "id"], name="run_campaign_by_id"),
             # A bug page names its runs that may still change, those of campaigns still open, from this index alone
-            # (bugs.views.bug_page_state), and reads only those rows.
+            # (bugs.views.bug_page_rows), and reads only those rows.
             models.Index(fields=["reproducer_version", "campaign", "id"], name="run_version_campaign"),
         ]
 
