@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.filebased import FileBasedCache
+from django.core.exceptions import EmptyResultSet
 from django.core.signals import request_finished, request_started
 from django.db import connection
 from django.db.models import Model, QuerySet
@@ -165,7 +166,11 @@ def rows_state(*parts):
         rows = apps.get_model(part).objects.all() if isinstance(part, str) else part
         table = connection.ops.quote_name(rows.model._meta.db_table)
         versions = rows.order_by().annotate(row_version=RawSQL(f"{table}.ctid::text || {table}.xmin::text", ()))
-        sql, part_params = versions.values("row_version").query.sql_with_params()
+        try:
+            sql, part_params = versions.values("row_version").query.sql_with_params()
+        except EmptyResultSet:  # a selection that cannot hold a row (pk__in=[]): its digest is that of no rows
+            selects.append("NULL")
+            continue
         # in the order the database reads them (sorting them costs more): another order is another key, never a
         # wrong one
         selects.append(f"(SELECT md5(string_agg(row_version, ',')) FROM ({sql}) AS part)")

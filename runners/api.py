@@ -2,11 +2,13 @@ import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 
 from core.caching import cached, cached_many, digest
@@ -169,14 +171,22 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run is claimed, runs, is requeued, fails or finishes (its results and alarms are stored with
         ``finished_at``, and a retry deletes them as it queues the run again: runners.actions), and only the runs
         in a state not serialized yet are read whole. A run's representation is the same for every reader. The
-        page as a whole is kept too, under the keys of its runs, so that a page seen before is one read of the
-        cache rather than one per run."""
+        page as a whole is kept too, rendered, under the keys of its runs and the request's address (its cursor
+        links) and format, so that a page seen before is one read of the cache, neither serialized nor encoded
+        again; except in the browsable API, whose page shows the reader's name and form tokens."""
         state = [Run._meta.get_field(name).attname for name in RUN_STATE]
         # read as plain values: building 50 model instances cost more than the rest of the page's reading
         page = self.paginate_queryset(self.filter_queryset(visible_runs(request.user)).values(*state))
         keys = {row["id"]: f"api-run:{row['id']}:{digest([row[name] for name in state])}" for row in page}
-        return self.get_paginated_response(cached(f"api-runs:{digest(list(keys.values()))}",
-                                                  lambda: self.representations(keys)))
+        renderer = request.accepted_renderer
+        if isinstance(renderer, BrowsableAPIRenderer):
+            return self.get_paginated_response(self.representations(keys))
+        rendered = cached(
+            f"api-runs:{digest([list(keys.values()), request.build_absolute_uri(), renderer.format])}",
+            lambda: renderer.render(self.paginator.get_paginated_response(self.representations(keys)).data,
+                                    request.accepted_media_type, self.get_renderer_context()))
+        return HttpResponse(rendered, content_type=f"{renderer.media_type}; charset={renderer.charset}"
+                            if renderer.charset else renderer.media_type)
 
     def representations(self, keys):
         """The representations of a page's runs ({run id: key of its state}, in the page's order), each kept under

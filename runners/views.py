@@ -5,6 +5,7 @@ from functools import cache
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-from core.caching import cached, digest
+from core.caching import cached, digest, kept_for_rows
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
@@ -57,9 +58,18 @@ def run_detail(request, pk):
 
 
 def campaign_list(request):
+    """A page of campaigns; its content is rendered once for the same campaigns, run counts, campaigns in all (the
+    page links), users who created them, query string and reader: a live campaign's counts change as it runs, and
+    are in the key rather than in what is kept."""
     campaigns = visible_campaigns(request.user).select_related("created_by").order_by("-created_at", "-id")
     page = Paginator(campaigns, 25).get_page(request.GET.get("page"))
-    return render(request, "runners/campaign_list.html", {"page_obj": page, "campaigns": count_runs(page.object_list)})
+    shown = count_runs(page.object_list)
+    counts = [(campaign.pk, campaign.run_count, campaign.finished_count) for campaign in shown]
+    rows = (Campaign.objects.filter(pk__in=[campaign.pk for campaign in shown]),
+            get_user_model().objects.filter(pk__in={campaign.created_by_id for campaign in shown}))
+    content = kept_for_rows(request, f"campaign-list:{digest([counts, page.paginator.count])}", rows, lambda: (
+        render_to_string("runners/campaign_list_content.html", {"page_obj": page, "campaigns": shown}, request)))
+    return render(request, "runners/campaign_list.html", {"content": content})
 
 
 def count_runs(campaigns):

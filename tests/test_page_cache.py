@@ -14,6 +14,7 @@ from django.core.cache import cache
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, connection
 from django.template import Context, Template
+from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -22,7 +23,7 @@ from core import audit, caching
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation, tables_digest_of
 from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
-from runners.models import Run, RunStatus
+from runners.models import Campaign, Run, RunStatus
 from runners.plans import CampaignPlan
 from runners.registry import detector_record
 
@@ -457,6 +458,52 @@ def test_the_runs_api_pages_by_cursor_at_the_same_cost(client):
     assert all("OFFSET" not in query["sql"].upper() for query in captured.captured_queries)
     last = client.get(client.get(client.get("/api/runs/").json()["next"]).json()["previous"]).json()
     assert [run["id"] for run in last["results"]] == seen[:50]
+
+
+def test_a_runs_api_page_is_rendered_once_for_its_runs_state_and_address(client):
+    """A page of runs seen before is read from the cache as rendered: no run read whole, no serializing; a change
+    to one of its runs, another address (its cursor links are absolute) or another format is another key."""
+    RunFactory.create_batch(50, detector=detector_record("plain"))
+    runs = RunFactory.create_batch(3, detector=detector_record("plain"), status=RunStatus.QUEUED)  # the newest
+    first, body = get(client, "/api/runs/")
+    again, same = get(client, "/api/runs/")
+    assert again < first and same == body
+    Run.objects.filter(pk=runs[-1].pk).update(status=RunStatus.RUNNING, started_at=timezone.now())
+    changed = client.get("/api/runs/").json()["results"]
+    assert [run["status"] for run in changed if run["id"] == runs[-1].pk] == ["running"]
+    assert client.get("/api/runs/", secure=True).json()["next"].startswith("https://testserver/api/runs/?cursor=")
+    assert client.get("/api/runs/").json()["next"].startswith("http://testserver/")
+    browsable = client.get("/api/runs/?format=api", HTTP_ACCEPT="text/html")
+    assert browsable.status_code == 200 and browsable["Content-Type"].startswith("text/html")
+
+
+def test_the_campaign_list_shows_each_change_to_its_campaigns_and_their_runs(client, monkeypatch):
+    """The list's content is kept for the same campaigns, run counts and creators: a live campaign's progress, a
+    renamed campaign or creator and a new campaign each show at once. An empty list and a campaign with no creator
+    (the operator's) have a state too."""
+    import runners.views
+
+    rendered = []
+    monkeypatch.setattr(runners.views, "render_to_string", lambda *args: rendered.append(args) or (
+        render_to_string(*args)))
+    assert "No campaigns yet" in get(client, "/campaigns/")[1]
+    creator = UserFactory(username="ada")
+    live = CampaignFactory(name="sweep", created_by=creator)
+    run = RunFactory(campaign=live, status=RunStatus.QUEUED)
+    CampaignFactory(name="by the operator", created_by=None)
+    body = get(client, "/campaigns/")[1]
+    assert "0 / 1 runs" in body and "ada" in body and "by the operator" in body
+    before = len(rendered)
+    assert get(client, "/campaigns/")[1] == body
+    assert len(rendered) == before + (connection.vendor != "postgresql")  # only PostgreSQL tells the rows' state
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    assert "1 / 1 runs" in get(client, "/campaigns/")[1]
+    Campaign.objects.filter(pk=live.pk).update(name="nightly sweep")
+    type(creator).objects.filter(pk=creator.pk).update(username="ada-l")
+    body = get(client, "/campaigns/")[1]
+    assert "nightly sweep" in body and "ada-l" in body
+    CampaignFactory(name="newest")
+    assert "newest" in get(client, "/campaigns/")[1]
 
 
 def test_the_runs_of_one_campaign_page_by_cursor(client):
