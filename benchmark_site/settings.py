@@ -125,6 +125,38 @@ def env_int_list(name, default, minimum=None, maximum=None):
     return values
 
 
+def env_path(name, default):
+    """An absolute folder (``~`` expanded); unset gives ``default``, a relative or empty path is refused."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return Path(default)
+    path = Path(raw.strip()).expanduser()
+    if not raw.strip() or not path.is_absolute():
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an absolute path.")
+    return path
+
+
+def env_requirement_sets(name, default):
+    """Sets of pip requirements: sets separated by ";", requirements of a set by ","; each set must pin torch
+    (an environment's interpreter runs reproducers). One bad requirement refuses the whole variable."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    raw = os.environ.get(name, default)
+    sets = []
+    for part in raw.split(";"):
+        items = [item.strip() for item in part.split(",") if item.strip()]
+        if not items:
+            continue
+        try:
+            requirements = [str(Requirement(item)) for item in items]
+        except InvalidRequirement as error:
+            raise ImproperlyConfigured(f"{name}={raw!r}: {error}.") from None
+        if not any(Requirement(item).name.lower() == "torch" for item in requirements):
+            raise ImproperlyConfigured(f"{name}={raw!r}: the set {part.strip()!r} pins no torch (e.g. torch==2.11.0).")
+        sets.append(requirements)
+    return sets
+
+
 class SQLiteConnection(sqlite3.Connection):
     """SQLite's connection, which first makes the database file's folder: a fresh ``var/`` is created on
     first use (``migrate``, a worker, the test database), not when the settings are read."""
@@ -427,6 +459,13 @@ SILENTBENCH_WORKER_SEEN_MINUTES = env_float("SILENTBENCH_WORKER_SEEN_MINUTES", 1
 require(SILENTBENCH_WORKER_SEEN_MINUTES * 60 > SILENTBENCH_HEARTBEAT_SECONDS,
         f"SILENTBENCH_WORKER_SEEN_MINUTES ({SILENTBENCH_WORKER_SEEN_MINUTES:g}) must be longer than "
         f"SILENTBENCH_HEARTBEAT_SECONDS ({SILENTBENCH_HEARTBEAT_SECONDS:g} s), or no worker ever counts as live.")
+# --- Python environments of other torch releases (runners/environments.py, docs/environments.md). ---
+# One built environment per folder, made by the build; on the same file system as the uv cache (hard links).
+SILENTBENCH_ENVIRONMENTS_DIR = env_path("SILENTBENCH_ENVIRONMENTS_DIR", VAR_DIR / "environments")
+SILENTBENCH_UV_CACHE_DIR = env_path("SILENTBENCH_UV_CACHE_DIR", Path.home() / ".cache" / "uv")
+# The environments a worker builds as it starts and then serves: requirement sets separated by ";", the
+# requirements of one set by ",": "torch==2.11.0;torch==2.15.0,numpy==2.4.6". Empty: the default one only.
+SILENTBENCH_WORKER_ENVIRONMENTS = env_requirement_sets("SILENTBENCH_WORKER_ENVIRONMENTS", "")
 # Submitted reproducers: limits checked before anything is stored; k seeds of verification on approval.
 SILENTBENCH_SUBMISSION_MAX_FILES = env_int("SILENTBENCH_SUBMISSION_MAX_FILES", 20, minimum=1)
 SILENTBENCH_SUBMISSION_MAX_FILE_BYTES = env_int("SILENTBENCH_SUBMISSION_MAX_FILE_BYTES", 256 * 1024, minimum=1)

@@ -7,7 +7,7 @@ from accounts.api import ApiTokenViewSet, ObtainApiTokenView
 from bugs.api import BugViewSet, ReproducerVersionViewSet, SubmissionViewSet
 from evaluation import views as evaluation_views
 from evaluation.api import ResultsView
-from runners.api import AlarmViewSet, CampaignViewSet, DetectorViewSet, RunViewSet
+from runners.api import AlarmViewSet, CampaignViewSet, DetectorSubmissionViewSet, DetectorViewSet, RunViewSet
 from runners.views import PLOTLY_JS_PATH, plotly_js
 
 from . import health
@@ -17,6 +17,7 @@ router.register("bugs", BugViewSet, basename="bug")
 router.register("reproducer-versions", ReproducerVersionViewSet, basename="reproducer-version")
 router.register("submissions", SubmissionViewSet, basename="submission")
 router.register("detectors", DetectorViewSet, basename="detector")
+router.register("detector-submissions", DetectorSubmissionViewSet, basename="detector-submission")
 router.register("campaigns", CampaignViewSet, basename="campaign")
 router.register("runs", RunViewSet, basename="run")
 router.register("alarms", AlarmViewSet, basename="alarm")
@@ -29,6 +30,9 @@ urlpatterns = [
     path("", include("runners.urls")),
     path("results/", include("evaluation.urls")),
     path("leaderboard/", evaluation_views.leaderboard, name="leaderboard"),
+    path("leaderboard/entries.<slug:fmt>", evaluation_views.leaderboard_entries_download, name="leaderboard-entries"),
+    path("leaderboard/entries/<int:pk>/", evaluation_views.leaderboard_entry, name="leaderboard-entry"),
+    path("leaderboard/detectors/<slug:name>/", evaluation_views.leaderboard_detector, name="leaderboard-detector"),
     path("methodology/", evaluation_views.methodology, name="methodology"),
     path("docs/", include("core.urls")),
     path("api/", include(router.urls)),

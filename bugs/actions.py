@@ -4,6 +4,7 @@ operator's own command) and leaves an audit record; permissions are checked by t
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from core import audit
@@ -46,6 +47,40 @@ def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, cam
                          + (f" after {campaign}" if campaign else ""), previous_status=previous,
                          campaign=campaign.pk if campaign else None)
     return True
+
+
+@transaction.atomic
+def do_hold_out_bug(bug: Bug, *, acting_user) -> Bug:
+    """Move a bug into the held-out split (docs/methodology.md, "Held-out bugs"): from now on only maintainers see
+    its ID, fields, code and per-bug results; everyone else sees its label, "held-out #N" (a number never given
+    before), and aggregate scores. Its held-out score counts only campaigns created after this moment
+    (evaluation.held_out), so nothing a detector was tuned on while the bug was public is scored."""
+    bug = Bug.objects.select_for_update().get(pk=bug.pk)
+    if bug.held_out:
+        raise ValidationError(f"{bug.bug_id} is already held out ({bug.held_out_label}).")
+    # numbers are never reused, even those of bugs published since: the lock on the bug does not cover the other
+    # rows, and the unique constraint refuses a number another hold-out took at the same time
+    bug.held_out_number = (Bug.objects.aggregate(last=Max("held_out_number"))["last"] or 0) + 1
+    bug.held_out, bug.held_out_at = True, timezone.now()
+    bug.save(update_fields=["held_out", "held_out_at", "held_out_number", "updated_at"])
+    audit.record(acting_user, "hold-out", bug, f"held out {bug.bug_id} as {bug.held_out_label}",
+                 label=bug.held_out_label, held_out_at=bug.held_out_at)
+    return bug
+
+
+@transaction.atomic
+def do_publish_bug(bug: Bug, *, acting_user) -> Bug:
+    """Move a held-out bug back to the public catalog: everything about it is public again, its per-bug results of
+    every campaign included. Its label's number is kept (and never given again)."""
+    bug = Bug.objects.select_for_update().get(pk=bug.pk)
+    if not bug.held_out:
+        raise ValidationError(f"{bug.bug_id} is not held out.")
+    held_out_at = bug.held_out_at
+    bug.held_out, bug.held_out_at = False, None
+    bug.save(update_fields=["held_out", "held_out_at", "updated_at"])
+    audit.record(acting_user, "publish", bug, f"published {bug.bug_id}, held out as {bug.held_out_label} since "
+                 f"{held_out_at:%Y-%m-%d %H:%M} UTC", label=bug.held_out_label, held_out_at=held_out_at)
+    return bug
 
 
 @transaction.atomic

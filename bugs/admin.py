@@ -1,7 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from .actions import do_hold_out_bug, do_publish_bug
 from .models import Bug, Reproducer, ReproducerVersion
+from .permissions import can_review
 from .selectors import visible_bugs, visible_reproducers, visible_versions
 
 
@@ -44,17 +47,41 @@ class ReproducerInline(admin.TabularInline):
 
 @admin.register(Bug)
 class BugAdmin(VisibleOnlyAdmin):
-    list_display = ["bug_id", "title", "framework", "fault_location", "status", "reproduction"]
+    list_display = ["bug_id", "title", "framework", "fault_location", "status", "reproduction", "held_out"]
     list_filter = ["framework", "fault_location", "status", "reproduction", "multi_rank"]
     search_fields = ["bug_id", "title", "root_cause", "symptom"]
     inlines = [ReproducerInline]
     visible = visible_bugs
-    # The status changes only through the actions (review, verification, deprecate_bug), which leave a record.
-    readonly_fields = ["status", "deprecation_reason", "submitted_by"]
+    # The status and the held-out split change only through the actions (review, verification, deprecate_bug,
+    # hold out, publish), which leave a record.
+    readonly_fields = ["status", "deprecation_reason", "submitted_by", "held_out", "held_out_at"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # links typed without a scheme
+    actions = ["hold_out", "publish"]
 
     def has_delete_permission(self, request, obj=None):
         return False  # bugs are deprecated, never deleted
+
+    def has_split_permission(self, request):
+        """Moving bugs between the public and the held-out split is the maintainers' (bugs.permissions)."""
+        return can_review(request.user)
+
+    def _move(self, request, bugs, action):
+        for bug in bugs:
+            try:
+                bug = action(bug, acting_user=request.user)
+            except ValidationError as error:
+                self.message_user(request, " ".join(error.messages), messages.WARNING)
+            else:
+                where = f"held out as {bug.held_out_label}" if bug.held_out else "public"
+                self.message_user(request, f"{bug.bug_id}: {where}.")
+
+    @admin.action(description="Hold out the selected bugs", permissions=["split"])
+    def hold_out(self, request, queryset):
+        self._move(request, queryset, do_hold_out_bug)
+
+    @admin.action(description="Publish the selected held-out bugs", permissions=["split"])
+    def publish(self, request, queryset):
+        self._move(request, queryset, do_publish_bug)
 
 
 @admin.register(Reproducer)

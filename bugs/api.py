@@ -43,7 +43,7 @@ class BugSerializer(serializers.ModelSerializer):
         fields = ["id", "title", "framework", "framework_versions", "fault_location", "root_cause_category",
                   "root_cause", "symptom", "fix", "detection_signal", "upstream_issue_url", "fix_url", "links",
                   "reproduction", "catalog_only_reason", "reference_pipelines", "needs_cuda_original",
-                  "multi_rank", "source", "status", "deprecation_reason", "reproducers"]
+                  "multi_rank", "source", "status", "deprecation_reason", "held_out", "reproducers"]
 
 
 class BugViewSet(viewsets.ReadOnlyModelViewSet):

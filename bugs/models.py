@@ -112,6 +112,15 @@ class Bug(models.Model):
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="submitted_bugs"
     )
+    # The held-out split (docs/methodology.md, "Held-out bugs"): set only by bugs.actions.do_hold_out_bug and
+    # do_publish_bug, whose audit records say who moved it and when.
+    held_out = models.BooleanField(default=False, db_index=True,
+                                   help_text="Seen only by maintainers; scored only by campaigns created after "
+                                             "held_out_at.")
+    held_out_at = models.DateTimeField(null=True, blank=True, help_text="When it was last held out.")
+    held_out_number = models.PositiveIntegerField(
+        null=True, blank=True, unique=True, editable=False,
+        help_text="Its public label's number (\"held-out #3\"): given in the order bugs are held out, never reused.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -121,6 +130,12 @@ class Bug(models.Model):
 
     def __str__(self):
         return self.bug_id
+
+    @property
+    def held_out_label(self):
+        """The opaque name everyone but the maintainers sees for it: "held-out #N", N in the order bugs were held
+        out, so that it says nothing of the bug's ID, title or fields."""
+        return f"held-out #{self.held_out_number}" if self.held_out_number else ""
 
     def get_absolute_url(self):
         return reverse("bugs:detail", args=[self.bug_id])

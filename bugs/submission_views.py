@@ -11,7 +11,7 @@ from .actions import do_review_version, do_submit_reproducer
 from .forms import BugSubmissionForm, ReproducerFilesForm, ReviewForm
 from .models import ReproducerVersion, ReviewState
 from .permissions import APPROVE_PERMISSION, can_resubmit
-from .selectors import visible_bugs
+from .selectors import visible_bugs, visible_versions
 from .submissions import SubmissionLimits, check_uploads, reproducer_problems
 from .views import highlighted, pygments_css
 
@@ -100,7 +100,7 @@ def limits_for_humans():
 
 @login_required
 def my_submissions(request):
-    versions = (ReproducerVersion.objects.filter(submitted_by=request.user)
+    versions = (visible_versions(request.user).filter(submitted_by=request.user)  # not those of held-out bugs
                 .select_related("reproducer__bug", "reviewed_by").defer("files").order_by("-created_at", "-id"))
     page = Paginator(versions, 25).get_page(request.GET.get("page"))
     return render(request, "bugs/my_submissions.html", {"page_obj": page, "versions": page.object_list})

@@ -3,7 +3,6 @@ every problem out at once, each in a sentence that says what to change.
 
 Nothing here executes submitted code: Python files are only parsed (``ast.parse``).
 """
-import ast
 import bz2
 import gzip
 import io
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from core.python_source import parse_python
 from core.untrusted import UntrustedInputError, load_yaml, text_problem
 
 from .models import OracleSymptom, ReproducerVersion, Strategy
@@ -26,9 +26,10 @@ TAR_BYTES_PER_ENTRY = 4096  # a header, a pax or long-name header, padding: what
 TAR_END_BYTES = 20 * 512  # the end-of-archive blocks and the padding of the last record
 # What the runner itself makes in a run directory beside the reproducer's files (runners/execution.py: the
 # private tmp and the report; runners/detectors/traincheck.py: its work folder, WORK_DIR; runners/compile_cache.py:
-# RUN_CACHE_NAME, the copy of Inductor's cache): a file or folder
-# of the reproducer with one of these names would clash with them.
-RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck", ".compile-cache"})
+# RUN_CACHE_NAME, the copy of Inductor's cache; runners/detectors/base.py: DETECTOR_MODULE_FILE, a submitted
+# detector's module): a file or folder of the reproducer with one of these names would clash with them.
+RUN_DIRECTORY_NAMES = frozenset({"tmp", ".silentbench-report.jsonl", ".traincheck", ".compile-cache",
+                                 ".silentbench-detector.py"})
 # TrainCheck writes its instrumented copy of a script beside it, named with this prefix (runners/detectors/
 # traincheck.py, INSTRUMENTED_PREFIX; not imported: runners imports bugs, never the other way round).
 TRAINCHECK_COPY_PREFIX = "_traincheck_"
@@ -355,13 +356,7 @@ def reproducer_problems(files):
     sources = {path: text for path, text in files.items() if path.endswith(".py")}
     if not sources:
         problems.append("No Python file: a reproducer is a standalone PyTorch program.")
-    for path, text in sorted(sources.items()):
-        try:
-            ast.parse(text, filename=path)
-        except SyntaxError as error:
-            problems.append(f"{path}, line {error.lineno}: {error.msg} (the code does not parse).")
-        except (RecursionError, MemoryError):  # how Python's parser says that its stack is full
-            problems.append(f"{path}: nested too deeply for Python's parser (the code does not parse).")
+    problems += [problem for path, text in sorted(sources.items()) if (problem := parse_python(path, text)[1])]
     code = "\n".join(sources.values())
     problems += [f"The code never mentions {spellings[0]}: a reproducer must {what} (docs/reproducer-protocol.md)."
                  for spellings, what in PROTOCOL_TOKENS if sources and not any(s in code for s in spellings)]

@@ -9,6 +9,7 @@ urlpatterns = [
     path("catalog.<slug:fmt>", catalog_export, name="export"),
     path("bugs/<str:bug_id>/", views.bug_detail, name="detail"),
     path("bugs/<str:bug_id>/submit/", submission_views.resubmit, name="resubmit"),
+    path("bugs/<str:bug_id>/held-out/", views.bug_held_out, name="held_out"),
     path("submit/", submission_views.submit_bug, name="submit"),
     path("submissions/mine/", submission_views.my_submissions, name="my_submissions"),
     path("review/", submission_views.review_queue, name="review_queue"),

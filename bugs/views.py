@@ -1,9 +1,14 @@
 from functools import cache, lru_cache
 
 from django.apps import apps
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import ValidationError
 from django.db.models import Count, Prefetch
-from django.shortcuts import get_object_or_404, render
+from django.http import HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.views.decorators.http import require_POST
 from django_filters.views import FilterView
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -13,11 +18,13 @@ from pygments.util import ClassNotFound
 
 from core.caching import cached, digest, kept_for_rows
 from core.models import AuditEvent
+from core.roles import APPROVE_PERMISSION
 
+from .actions import do_hold_out_bug, do_publish_bug
 from .exports import catalog_bugs
 from .filters import BugFilter
 from .models import ReproducerVersion
-from .selectors import visible_bugs, visible_reproducers, visible_versions
+from .selectors import held_out_labels, visible_bugs, visible_reproducers, visible_versions
 
 
 class BugListView(FilterView):
@@ -26,7 +33,7 @@ class BugListView(FilterView):
     paginate_by = 50
     # the fields its rows show: the rows are rendered once for the same such values (bug_list_content.html)
     shown = ("bug_id", "title", "framework", "fault_location", "reproduction", "needs_cuda_original", "multi_rank",
-             "status")
+             "status", "held_out", "held_out_number")
     # everything the content shows comes from these tables (its stability column, "caught by" and leaderboard box
     # from the other apps' template tags), and from what the cache holds of completed campaigns
     shown_tables = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
@@ -49,6 +56,7 @@ class BugListView(FilterView):
         key = f"catalog-filter:{digest(self.request.GET.urlencode())}"
         context["filter_fields"] = cached(key, lambda: render_to_string("bugs/bug_filter_fields.html",
                                                                         {"filter": context["filter"]}))
+        context["held_out_labels"] = held_out_labels()
         return context
 
 
@@ -108,7 +116,8 @@ def pygments_css():
 # Everything a bug page shows comes from these tables (its runs, detections, stability checks and history from the
 # other apps' template tags), and from the rows of its runs and of its history (``bug_page_rows``)
 BUG_PAGE_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
-                   "runners.Environment", "runners.Campaign", "runners.Detector", "evaluation.Evaluation")
+                   "runners.Environment", "runners.Campaign", "runners.Detector", "evaluation.Evaluation",
+                   "evaluation.Bisection", "evaluation.BisectionProbe")
 
 
 def bug_page_rows(bug):
@@ -136,6 +145,28 @@ def bug_detail(request, bug_id):
         request))
     return render(request, "bugs/bug_detail.html", {"bug": bug, "content": content, "pygments_css": pygments_css(),
                                                      "has_plot": PLOT_MARK in content})
+
+
+HOLD_OUT_CHOICES = {"true": (do_hold_out_bug, "held out"), "false": (do_publish_bug, "published")}
+
+
+@require_POST
+@permission_required(APPROVE_PERMISSION, raise_exception=True)
+def bug_held_out(request, bug_id):
+    """A maintainer moves a bug into the held-out split (``held_out=true``) or back to the public (``false``)."""
+    bug = get_object_or_404(visible_bugs(request.user), bug_id=bug_id)
+    choice = HOLD_OUT_CHOICES.get(request.POST.get("held_out", ""))
+    if choice is None:
+        return HttpResponseBadRequest("Say held_out=true (hold the bug out) or held_out=false (publish it).",
+                                      content_type="text/plain")
+    action, done = choice
+    try:
+        bug = action(bug, acting_user=request.user)
+    except ValidationError as error:
+        messages.warning(request, " ".join(error.messages))
+        return redirect(bug)
+    messages.success(request, f"{bug.bug_id} is {done}" + (f" as {bug.held_out_label}." if bug.held_out else "."))
+    return redirect(bug)
 
 
 def pipeline_list(request):

@@ -2,13 +2,35 @@
 ``manage.py evaluate``)."""
 import json
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
 
 from core import audit
-from runners.models import RunStatus
+from core.enums import Variant
+from runners.actions import do_create_campaign
+from runners.bisection import (
+    ReleaseOutcome,
+    free_slots,
+    index_releases,
+    next_probes,
+    not_served_reason,
+    probe_outcome,
+    probe_plan,
+    probe_runs,
+    release_key,
+    release_of,
+    releases_between,
+    served_environments,
+)
+from runners.models import FINISHED_STATUSES, RunStatus
+from runners.plans import MAX_STEPS, CampaignPlan
+from runners.selectors import runnable_versions
 
-from .models import Evaluation
+from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
 from .tables import detection_table, false_positive_table, flakiness_table, judged_runs, latency_table
+from .versions import MATRIX_KEY
 
 
 def records(frame):
@@ -51,3 +73,137 @@ def do_retabulate_evaluation(evaluation, *, acting_user):
     audit.record(acting_user, "retabulate", evaluation, f"recomputed the tables of evaluation #{evaluation.pk}",
                  previous_counts={key: previous.get(key) for key in ("runs", "failed_runs", "retried_runs")})
     return evaluation
+
+
+# --- The version matrix and bisections across torch releases (evaluation.versions, runners.bisection) ---
+
+def do_create_version_matrix(environments, seeds, steps=None, *, acting_user):
+    """The version-matrix campaign: every CPU bug reproducer, buggy and fixed, ``plain``, over ``seeds`` in each
+    of ``environments`` (PythonEnvironments, one per torch release); a reproducer version runs only in the
+    environments its ``needs.packages`` allow (runners.plans). Its parameters name the releases, which is what
+    makes it a version matrix (evaluation.versions.MATRIX_KEY)."""
+    releases = [release_of(environment.torch) for environment in environments]
+    plan = CampaignPlan.resolve(bugs=None, detectors=["plain"], variants=(Variant.BUGGY, Variant.FIXED),
+                                seeds=seeds, steps=steps, environments=environments)
+    with transaction.atomic():
+        campaign = do_create_campaign(f"version matrix: torch {', '.join(releases)}, {len(plan.seeds)} seeds", plan,
+                                      acting_user=acting_user)
+        campaign.parameters = {**campaign.parameters, MATRIX_KEY: {"releases": releases}}
+        campaign.save(update_fields=["parameters"])
+    return campaign
+
+
+def bisected_version(bug, reproducer=None):
+    """The latest approved CPU reproducer version of ``bug`` that a bisection runs (the one named ``reproducer``,
+    or the first by name); ValidationError when there is none."""
+    versions = [version for version in runnable_versions([bug.bug_id])
+                if reproducer is None or version.reproducer.name == reproducer]
+    if not versions:
+        named = f" named {reproducer!r}" if reproducer else ""
+        raise ValidationError(f"{bug.bug_id} has no approved CPU reproducer{named} to bisect.")
+    return versions[0]
+
+
+MAX_BISECTION_SEEDS = 10
+
+
+@transaction.atomic
+def do_start_bisection(bug, good, bad, *, seeds, releases=None, workers=None, steps=None, reproducer=None,
+                       acting_user):
+    """Start a bisection of ``bug`` from release ``good`` to ``bad`` (runners.bisection): the releases between
+    them are ``releases`` when given, else those the package index serves, looked up as it first advances (on a
+    worker). ``workers``: probes per round (None: the free worker slots then). ``do_advance_bisection`` runs it."""
+    version = bisected_version(bug, reproducer)
+    seeds = sorted(set(seeds))
+    problems = []
+    try:
+        if release_key(good) == release_key(bad):
+            problems.append("The good and the bad release must differ.")
+        chosen = releases_between(good, bad, releases) if releases else []
+    except ValueError as error:
+        problems.append(f"{str(error)[0].upper()}{str(error)[1:]}.")
+    if not seeds or len(seeds) > MAX_BISECTION_SEEDS or min(seeds) < 0:
+        problems.append(f"Give between 1 and {MAX_BISECTION_SEEDS} seeds, none negative.")
+    if steps is not None and not 1 <= steps <= MAX_STEPS:
+        problems.append(f"Steps must be between 1 and {MAX_STEPS}.")
+    if problems:
+        raise ValidationError(problems)
+    bisection = Bisection.objects.create(bug=bug, reproducer_version=version, good=good, bad=bad, releases=chosen,
+                                         seeds=seeds, steps=steps, workers=workers, started_by=acting_user)
+    audit.record(acting_user, "create", bisection, f"started bisection #{bisection.pk} of {bug.bug_id} from "
+                                                   f"{good} to {bad} over {len(seeds)} seeds")
+    return bisection
+
+
+def do_advance_bisection(bisection, *, acting_user=None, available=index_releases, slots=free_slots):
+    """One step of a bisection, safe to repeat: once the open round's runs have all finished, record each probe's
+    outcome; then ask the planner (runners.bisection.next_probes) for the next round, and create its campaign (its
+    runs go to the workers), or record the result. A problem (the index unreachable, a release that no live worker
+    serves, a plan refused) fails the bisection with the reason. Returns the bisection as stored."""
+    bisection.refresh_from_db()
+    if bisection.status != BisectionStatus.RUNNING:
+        return bisection
+    try:
+        if not bisection.releases:
+            releases = releases_between(bisection.good, bisection.bad, available())
+            Bisection.objects.filter(pk=bisection.pk).update(releases=releases)
+            bisection.releases = releases
+        open_probes = list(bisection.probes.filter(outcome="").select_related("campaign", "environment"))
+        if any(probe.campaign is None for probe in open_probes):
+            raise ValueError("the campaign of an open round was deleted, so its probes have no runs to judge")
+        if any(probe_runs(probe.campaign, probe.environment).exclude(status__in=FINISHED_STATUSES).exists()
+               for probe in open_probes):
+            return bisection
+        for probe in open_probes:
+            probe.outcome, probe.manifested, probe.failed, probe.seconds = probe_outcome(
+                probe_runs(probe.campaign, probe.environment))
+            probe.runs = probe_runs(probe.campaign, probe.environment).count()
+            probe.save(update_fields=["outcome", "manifested", "failed", "seconds", "runs"])
+        known = {probe.release: ReleaseOutcome(probe.outcome) for probe in bisection.probes.all()}
+        step = next_probes(bisection.releases, known, bisection.workers or slots())
+        if step.result is not None:
+            return _finish_bisection(bisection, step.result, acting_user)
+        environments, missing = served_environments(bisection.reproducer_version, step.probes)
+        if missing:
+            raise ValueError(not_served_reason(missing))
+        plan = probe_plan(bisection.reproducer_version, environments, bisection.seeds, bisection.steps)
+    except (ValueError, OSError, ValidationError) as error:
+        return do_fail_bisection(bisection, error, acting_user=acting_user)
+    return _start_round(bisection, step.probes, environments, plan, len(known), acting_user)
+
+
+def _start_round(bisection, releases, environments, plan, known_count, acting_user):
+    with transaction.atomic():
+        locked = Bisection.objects.select_for_update().get(pk=bisection.pk)
+        if locked.status != BisectionStatus.RUNNING or locked.probes.count() != known_count:
+            return locked  # another driver advanced it meanwhile
+        number = (locked.probes.aggregate(last=Max("round"))["last"] or 0) + 1
+        campaign = do_create_campaign(
+            f"bisection #{locked.pk} round {number}: {locked.bug.bug_id} on torch {', '.join(releases)}", plan,
+            acting_user=acting_user)
+        BisectionProbe.objects.bulk_create([
+            BisectionProbe(bisection=locked, round=number, release=release, environment=environment, campaign=campaign)
+            for release, environment in zip(releases, environments)])
+    return locked
+
+
+def _finish_bisection(bisection, result, acting_user):
+    with transaction.atomic():
+        updated = Bisection.objects.filter(pk=bisection.pk, status=BisectionStatus.RUNNING).update(
+            status=BisectionStatus.FINISHED, first_changed=result.first_changed or "", last_same=result.last_same or "",
+            reason=result.reason, finished_at=timezone.now())
+        if updated:
+            audit.record(acting_user, "finish", bisection, f"bisection #{bisection.pk}: {result.reason}")
+    bisection.refresh_from_db()
+    return bisection
+
+
+def do_fail_bisection(bisection, error, *, acting_user=None):
+    """End a running bisection with the reason it cannot go on."""
+    reason = "; ".join(error.messages) if isinstance(error, ValidationError) else str(error)
+    with transaction.atomic():
+        if Bisection.objects.filter(pk=bisection.pk, status=BisectionStatus.RUNNING).update(
+                status=BisectionStatus.FAILED, reason=reason, finished_at=timezone.now()):
+            audit.record(acting_user, "fail", bisection, f"bisection #{bisection.pk} failed: {reason}")
+    bisection.refresh_from_db()
+    return bisection

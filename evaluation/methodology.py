@@ -14,7 +14,7 @@ from runners.detectors import all_plugins
 from runners.detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 from runners.models import StabilityCheck
 
-from . import leaderboard, metrics, overhead, tables
+from . import held_out, leaderboard, metrics, overhead, tables
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ def sections():
         Section("fit", "The fit phase", (*doc(fitting), *term("Held-out references", fitting.is_fit_reference)),
                 ("runners/fitting.py",)),
         Section("leaderboard", "The leaderboard", doc(leaderboard), ("evaluation/leaderboard.py",)),
+        Section("held-out-bugs", "Held-out bugs", doc(held_out), ("evaluation/held_out.py", "bugs/selectors.py")),
     )
 
 

@@ -1,9 +1,11 @@
 import hashlib
 import json
 
+from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
+from runners.bisection import ReleaseOutcome
 from runners.models import Campaign
 
 
@@ -45,3 +47,66 @@ class Evaluation(models.Model):
 def tables_digest_of(tables):
     """The MD5 of ``tables`` as canonical JSON: any change to a stored table changes it."""
     return hashlib.md5(json.dumps(tables, sort_keys=True).encode()).hexdigest()
+
+
+class BisectionStatus(models.TextChoices):
+    RUNNING = "running", "running"
+    FINISHED = "finished", "finished"
+    FAILED = "failed", "failed"
+
+
+class Bisection(models.Model):
+    """A search for the first torch release where what a reproducer's oracle says changes (runners.bisection):
+    rounds of probes, each probe the buggy variant's ``plain`` runs over ``seeds`` on one release. ``workers`` is
+    how many probes a round may make at once (k-section); None: as many as there are free worker slots when the
+    round starts. ``releases`` are the releases between ``good`` and ``bad``, good first, once resolved."""
+
+    bug = models.ForeignKey("bugs.Bug", on_delete=models.CASCADE, related_name="bisections")
+    reproducer_version = models.ForeignKey("bugs.ReproducerVersion", on_delete=models.PROTECT,
+                                           related_name="bisections")
+    good = models.CharField(max_length=32)
+    bad = models.CharField(max_length=32)
+    releases = models.JSONField(default=list, blank=True)
+    seeds = models.JSONField(default=list)
+    steps = models.PositiveIntegerField(null=True, blank=True)
+    workers = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=BisectionStatus.choices, default=BisectionStatus.RUNNING)
+    first_changed = models.CharField(max_length=32, blank=True)
+    last_same = models.CharField(max_length=32, blank=True)
+    reason = models.TextField(blank=True, help_text="The result in words, or why the bisection failed.")
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"bisection {self.pk} ({self.good} -> {self.bad})"
+
+    def get_absolute_url(self):
+        return reverse("evaluation:bisection", args=[self.pk])
+
+
+class BisectionProbe(models.Model):
+    """One release probed in one round: its runs are those of the round's campaign in the release's environment
+    (None: the default one); the outcome is set once they have all finished."""
+
+    bisection = models.ForeignKey(Bisection, on_delete=models.CASCADE, related_name="probes")
+    round = models.PositiveIntegerField()
+    release = models.CharField(max_length=32)
+    environment = models.ForeignKey("runners.PythonEnvironment", null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="+")
+    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    outcome = models.CharField(max_length=16, blank=True, choices=ReleaseOutcome.choices)
+    runs = models.PositiveIntegerField(default=0)
+    manifested = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    seconds = models.FloatField(null=True, blank=True, help_text="The wall time of its runs, added up.")
+
+    class Meta:
+        ordering = ["round", "id"]
+        constraints = [models.UniqueConstraint(fields=["bisection", "release"], name="one_probe_per_release")]
+
+    def __str__(self):
+        return f"{self.release}: {self.outcome or 'pending'}"

@@ -8,11 +8,11 @@ from django.db.models import Count, Q
 
 from bugs.models import Bug
 from bugs.permissions import sees_unreviewed
-from bugs.selectors import visible_bugs
+from bugs.selectors import held_out_view, visible_bugs
 from core.caching import cached, digest, kept_for_rows, per_request
 from runners.completed import completed_key
 from runners.models import Run, RunStatus
-from runners.selectors import visible_campaigns, visible_runs
+from runners.selectors import counted_runs, visible_campaigns
 
 from .filters import ResultFilterForm
 from .models import Evaluation
@@ -97,7 +97,7 @@ def evaluations_for(viewer, campaigns=None):
 # stored evaluations and completed campaigns: a selection still changing (an open campaign, every run) is computed
 # at each request.
 SHOWN_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.Campaign", "runners.Detector",
-                "runners.Environment", "evaluation.Evaluation")
+                "runners.DetectorVersion", "runners.Environment", "evaluation.Evaluation")
 
 
 def shown_once(request, part, compute):
@@ -145,9 +145,10 @@ class Results:
                                if evaluation_id is not None else latest_evaluation(self.viewer))
             if evaluation_id is not None and self.evaluation is None:
                 raise NotFound(f"No evaluation #{evaluation_id}.")
-            runs = self.evaluation.campaign.runs.all() if self.evaluation else visible_runs(self.viewer)
+            runs = self.evaluation.campaign.runs.all() if self.evaluation else counted_runs(self.viewer)
         self.campaign_id = campaign_id
-        # the runs of a campaign the viewer may see are all visible to them (runners.selectors.visible_campaigns)
+        # the runs of a campaign the viewer may see all count for them (runners.selectors.visible_campaigns): those
+        # of held-out bugs too, whose rows ``_visible_rows`` leaves out of every table and plot
         self.runs = self.criteria.runs(runs)
 
     @property
@@ -194,11 +195,12 @@ class Results:
         return without_nan(self.criteria.rows(frame, outcome=name == "detection"))
 
     def _visible_rows(self, frame):
-        """A table without the rows of bugs the viewer may not see (a stored table keeps its bugs' IDs)."""
+        """A table without the rows of bugs the viewer may not see (a stored table keeps its bugs' IDs): unreviewed
+        ones, and held-out ones, whose runs the aggregate rows (false positives, latency) still count."""
         if "bug" not in frame or self.viewer is not None:
             return frame
         hidden = Bug.objects.exclude(pk__in=visible_bugs(None).values("pk")).values_list("bug_id", flat=True)
-        return frame[~frame["bug"].isin(set(hidden))]
+        return frame[~frame["bug"].isin(set(hidden))].reset_index(drop=True)
 
     @cached_property
     def _tables(self):
@@ -208,7 +210,7 @@ class Results:
         """Per detected buggy run (of the selected runs): the latency plot's points."""
         if not self.criteria.keeps_detections:
             return pd.DataFrame.from_records([], columns=RUN_LATENCY_COLUMNS)
-        return self.cached("latencies", lambda: without_nan(run_latencies(self.judged)))
+        return self.cached("latencies", lambda: without_nan(self._visible_rows(run_latencies(self.judged))))
 
     def runs_summary(self):
         """What the selected runs are: how many (and how many succeeded), their seeds and environments."""
@@ -232,8 +234,9 @@ class Results:
         """The key of what this selection shows, or None while it can still change. A stored evaluation's tables are
         named by their digest (retabulating one changes it) and the completion of its campaign (the latency points
         and the summary come from its runs); a campaign's by its completion (``runners.completed``); then whose view
-        (a maintainer's, or the public's: a campaign with a run the public may not see is not found at all, so the
-        public's tables never depend on more) and the filter. Every run or the tables of an open campaign: None."""
+        (a maintainer's, or the public's of the bugs held out now: a campaign with a run of unreviewed code is not
+        found at all, so the public's tables never depend on more) and the filter. Every run or the tables of an
+        open campaign: None."""
         if not self.form.is_valid():
             return None
         if self.campaign is not None:
@@ -248,7 +251,7 @@ class Results:
         if self.evaluation is None or self.computed_now("flakiness"):  # judged by the bugs' verdicts of today
             selection += ":" + digest(list(Bug.objects.order_by("pk").values_list("pk", "status")))
         filters = digest(sorted((name, str(value)) for name, value in self.form.cleaned_data.items()))
-        return f"results:{selection}:{'public' if self.viewer is None else 'all'}:{filters}"
+        return f"results:{selection}:{held_out_view(self.viewer)}:{filters}"
 
     def cached(self, part, compute):
         """``compute()``, cached under ``cache_key`` while the selection cannot change (core.caching)."""

@@ -7,6 +7,7 @@ from django.utils import timezone
 from core.exports import export
 from runners.detectors.base import DROP_IN
 
+from .held_out import public_tables
 from .leaderboard import BASELINE, grouped, standings
 from .overhead import OVERHEAD_COLUMNS
 from .tables import (
@@ -81,13 +82,14 @@ def _of_detected_runs(count, standing):
     return "not split" if count is None else f"{count}/{standing.detected_runs} runs"
 
 
-def flakiness(evaluation):
-    """The flakiness table as stored, or computed from the runs for an evaluation that predates it."""
-    if "flakiness" in evaluation.tables:
-        return _table(evaluation.tables["flakiness"], FLAKINESS_COLUMNS, empty=NO_FLAKINESS)
+def flakiness(evaluation, tables):
+    """The flakiness table as stored (``tables``: the evaluation's, held-out bugs left out), or computed from the runs
+    for an evaluation that predates it."""
+    if "flakiness" in tables:
+        return _table(tables["flakiness"], FLAKINESS_COLUMNS, empty=NO_FLAKINESS)
+    computed = public_tables({"flakiness": flakiness_table(evaluation.campaign.runs.all()).to_dict("records")})
     return (f"Evaluation #{evaluation.pk} predates this table: computed from its runs as this page was written.\n\n"
-            + _table(flakiness_table(evaluation.campaign.runs.all()).to_dict("records"), FLAKINESS_COLUMNS,
-                     empty=NO_FLAKINESS))
+            + _table(computed["flakiness"], FLAKINESS_COLUMNS, empty=NO_FLAKINESS))
 
 
 def traincheck_beside_its_paper():
@@ -103,7 +105,9 @@ def traincheck_beside_its_paper():
 
 
 def render(evaluation):
-    tables, parameters = evaluation.tables, evaluation.parameters
+    """docs/results.md of ``evaluation``: written for everyone, so without the rows of held-out bugs (their runs still
+    count in the aggregate tables, as on the results page)."""
+    tables, parameters = public_tables(evaluation.tables), evaluation.parameters
     drop_in, opt_in = headline(tables)
     minutes = (evaluation.wall_seconds or 0) / 60
     parts = [
@@ -152,7 +156,7 @@ def render(evaluation):
         "the other seeds of the same reproducer, variant and detector (`disagrees_with`: verdict or seeds). A "
         "detector that changes the program can change its verdict too (`detect_anomaly` stops a backward pass that "
         "raised), which is why each run is listed with its detector.\n",
-        flakiness(evaluation),
+        flakiness(evaluation, tables),
         "\n## Detection per bug and detector\n", _table(tables["detection"], DETECTION_COLUMNS),
     ]
     return "\n".join(parts)

@@ -4,10 +4,11 @@ from collections import defaultdict
 import pandas as pd
 
 from bugs.models import BugStatus
+from core.caching import per_request
 from core.enums import Variant
 from runners.detectors import all_plugins
 from runners.detectors.base import INTEGRATIONS
-from runners.models import Alarm, Run, RunStatus
+from runners.models import Alarm, DetectorReviewState, DetectorVersion, Run, RunStatus
 
 from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run, median_or_none, wilson_interval
 
@@ -31,9 +32,23 @@ UNREGISTERED = "not registered"  # the integration of a detector that runs recor
 
 def integration_of(detector):
     """Whether the detector named ``detector`` is drop-in or opt-in (``runners.detectors.base.INTEGRATIONS``), as its
-    plugin declares now: stored tables carry no label, so every evaluation, old or new, is labelled alike."""
+    plugin declares now, or a submitted detector's newest approved version (read from its code when submitted):
+    stored tables carry no label, so every evaluation, old or new, is labelled alike."""
     plugin = all_plugins().get(detector)
-    return plugin.integration if plugin else UNREGISTERED
+    if plugin:
+        return plugin.integration
+    return submitted_integrations().get(detector, UNREGISTERED)
+
+
+@per_request
+def submitted_integrations():
+    """{name: integration} of the submitted detectors, by their newest approved version: asked once per request."""
+    found = {}
+    for name, interface in (DetectorVersion.objects.filter(builtin=False, review_state=DetectorReviewState.APPROVED)
+                            .order_by("name", "-reviewed_at", "-id").values_list("name", "interface")):
+        if interface.get("integration") in INTEGRATIONS:
+            found.setdefault(name, interface["integration"])
+    return found
 
 
 def by_integration(detectors):

@@ -28,6 +28,7 @@ from runners.plans import CampaignPlan, PlannedRun
 from runners.registry import detector_record
 from runners.selectors import runnable_versions
 
+from .held_out import public_tables
 from .metrics import AlarmPoint, detected_beyond_clean
 from .overhead import do_measure_overhead
 
@@ -287,7 +288,9 @@ def measure_runs(bug_ids, folds, concurrency, write):
     state is not run: nothing could count for it. Returns (detection, false positives, campaign IDs)."""
     detection_detector = detector_record(DETECTOR, DETECTION_CONFIG)
     fold_detector = detector_record(DETECTOR, FALSE_POSITIVE_CONFIG)
-    every_bug = runnable_versions(bug_ids) if bug_ids is None or bug_ids else []
+    # written to docs/ for everyone: never a held-out bug (evaluation.held_out)
+    every_bug = [version for version in (runnable_versions(bug_ids) if bug_ids is None or bug_ids else [])
+                 if not version.reproducer.bug.held_out]
     bugs = [version for version in every_bug if relevance_of(version.reproducer.bug.bug_id).matchers]
     pipelines = {version.reproducer.name: version for version in runnable_versions(pipelines=True)}
     held_out = [pipelines[name] for name in FOLD_ORDER if name in pipelines][:folds]
@@ -401,8 +404,9 @@ def measure_overhead(pairs, write):
 
 
 def benchmark_figures(evaluation):
-    """TrainCheck's figures in a stored evaluation (the benchmark's protocol), as the third column takes them."""
-    tables = evaluation.tables
+    """TrainCheck's figures in a stored evaluation (the benchmark's protocol), as the third column takes them: written
+    to docs/ for everyone, so without the held-out bugs' rows (evaluation.held_out.public_tables)."""
+    tables = public_tables(evaluation.tables)
     rows = [row for row in tables.get("detection", []) if row["detector"] == DETECTOR]
     fp = next((row for row in tables.get("false_positives", []) if row["detector"] == DETECTOR), {})
     overhead = next((row for row in tables.get("overhead", []) if row["detector"] == DETECTOR), {})

@@ -1,17 +1,29 @@
-from django.http import Http404, HttpResponseBadRequest
-from django.shortcuts import render
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import Http404, HttpResponseBadRequest, HttpResponseNotFound
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.views.decorators.http import require_POST
 
+from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
+from core.roles import TRIGGER_PERMISSION
 
+from .actions import do_start_bisection
+from .bisections import BisectionForm, bisection_path
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
 from .compare import compare_query, comparison_frame
+from .entries import detector_history, entries_export, entry_of, open_entries, scored_versions
 from .exports import EXPORT_TABLES, InvalidFilter, results_export
-from .leaderboard import build_leaderboard
+from .leaderboard import build_leaderboard, selection_query
 from .methodology import CITATION, detectors, sections
+from .models import Bisection
 from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer, shown_once
 from .tables import by_integration, matrix
+from .tasks import advance_bisection
+from .versions import matrix_campaigns, selected_matrix, versions_export
 
 
 def selected_results(request):
@@ -121,11 +133,40 @@ def leaderboard(request):
 
 
 def leaderboard_context(request):
+    """The selection's ranking; with no selection asked for, the open leaderboard of detector versions above it."""
     try:
         board = build_leaderboard(request.GET, request.user)
     except NotFound as error:
         raise Http404(str(error)) from error
-    return {"board": board, "summary": board.runs_summary(), "evaluations": dropdown(board.results.evaluations)}
+    entries = None if selection_query(request.GET) else open_entries(request.user)
+    return {"board": board, "summary": board.runs_summary(), "evaluations": dropdown(board.results.evaluations),
+            "entries": entries}
+
+
+def leaderboard_entry(request, pk):
+    """One entry of the open leaderboard: its numbers, its citation and exactly what it was scored on."""
+    entry = shown_once(request, f"leaderboard-entry:{pk}", lambda: entry_of(pk, request.user))
+    if entry is None:
+        raise Http404("No scored entry for this detector version (not approved, or its scoring has not completed).")
+    versions, others = scored_versions(entry, request.user)
+    return render(request, "evaluation/leaderboard_entry.html", {"entry": entry, "versions": versions,
+                                                                "others": others})
+
+
+def leaderboard_detector(request, name):
+    """The history of one detector: each version the reader may see, with its entry where it was scored."""
+    history = shown_once(request, f"leaderboard-detector:{name}", lambda: detector_history(name, request.user))
+    if not history:
+        raise Http404(f"No detector named {name!r}.")
+    return render(request, "evaluation/leaderboard_detector.html", {"name": name, "history": history})
+
+
+def leaderboard_entries_download(request, fmt):
+    """The open leaderboard as a download (``manage.py export entries`` prints the same)."""
+    if fmt not in EXPORT_FORMATS:
+        raise Http404("Unknown format.")
+    return shown_once(request, f"entries-export:{fmt}",
+                      lambda: table_download(entries_export(request.user), fmt))
 
 
 def methodology(request):
@@ -135,3 +176,70 @@ def methodology(request):
     return render(request, "evaluation/methodology.html", {
         "sections": sections(), "detectors": detectors(), "citation": CITATION, "evaluation": evaluation,
     })
+
+
+def versions(request):
+    """The bug x torch release matrix of the newest version-matrix campaign, or of those ``?campaign=`` names."""
+    context = {"campaigns": matrix_campaigns(request.user)[:20], "formats": list(EXPORT_FORMATS),
+               "query": request.GET.urlencode()}
+    try:
+        context["matrix"] = selected_matrix(request.GET, request.user)
+    except NotFound as error:
+        context["error"] = str(error)
+        return render(request, "evaluation/versions.html", context, status=404 if "campaign" in request.GET else 200)
+    return render(request, "evaluation/versions.html", context)
+
+
+def versions_download(request, fmt):
+    if fmt not in EXPORT_FORMATS:
+        raise Http404("Unknown format.")
+    try:
+        export = versions_export(request.GET, request.user)
+    except NotFound as error:
+        return HttpResponseNotFound(str(error), content_type="text/plain; charset=utf-8")
+    return table_download(export, fmt)
+
+
+def visible_bisections(user):
+    """The bisections of the bugs ``user`` may see."""
+    return Bisection.objects.filter(bug__in=visible_bugs(user)).select_related("bug", "reproducer_version__reproducer")
+
+
+def bisections(request, form=None, status=200):
+    """The bisections (of one bug with ``?bug=``), and for maintainers the form that starts one."""
+    shown = visible_bisections(request.user)
+    bug = request.GET.get("bug") or (form.data.get("bug") if form is not None else None)
+    if bug:
+        shown = shown.filter(bug__bug_id=bug)
+    if form is None and request.user.has_perm(TRIGGER_PERMISSION):
+        form = BisectionForm(initial={"bug": bug})
+    return render(request, "evaluation/bisections.html", {"bisections": shown[:100], "bug": bug, "form": form},
+                  status=status)
+
+
+@require_POST
+@permission_required(TRIGGER_PERMISSION, raise_exception=True)
+def bisection_start(request):
+    """Start a bisection; its driver runs on the workers (evaluation.tasks.advance_bisection), not here."""
+    form = BisectionForm(request.POST)
+    if not form.is_valid():
+        return bisections(request, form, status=400)
+    bug = visible_bugs(request.user).filter(bug_id=form.cleaned_data["bug"]).first()
+    if bug is None:
+        form.add_error("bug", "No such bug.")
+        return bisections(request, form, status=400)
+    data = form.cleaned_data
+    try:
+        bisection = do_start_bisection(bug, data["good"], data["bad"], seeds=range(data["seeds"]),
+                                       releases=data["releases"], workers=data["workers"], acting_user=request.user)
+    except ValidationError as error:
+        form.add_error(None, error)
+        return bisections(request, form, status=400)
+    transaction.on_commit(lambda: advance_bisection.delay(bisection.pk))
+    return redirect(bisection)
+
+
+def bisection_detail(request, pk):
+    bisection = get_object_or_404(visible_bisections(request.user), pk=pk)
+    return render(request, "evaluation/bisection_detail.html", {"bisection": bisection,
+                                                                "path": bisection_path(bisection)})

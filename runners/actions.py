@@ -19,14 +19,17 @@ from django.utils import timezone
 from bugs.actions import do_set_verification_verdict
 from core import audit
 
-from .detectors import get_plugin
-from .environment import host_capabilities, host_facts
+from .detector_submissions import name_problem
+from .environment import host_capabilities
+from .environments import facts_in
 from .failures import cancelled_before_start, kind_of, lost_again, storing_failed, timer_interrupted
 from .models import (
     UNSUCCESSFUL_STATUSES,
     Alarm,
     Campaign,
     CampaignPurpose,
+    DetectorReviewState,
+    DetectorVersion,
     Environment,
     FitArtifact,
     Run,
@@ -38,9 +41,10 @@ from .models import (
     Worker,
 )
 from .plans import CampaignPlan
-from .registry import detector_record
+from .registry import detector_record, plugin_for, submitted_record
 from .report import json_safe
 from .routing import queue_for, unservable_reason
+from .scoring import published_seeds, scoring_versions
 from .selectors import dispatched_runs, live_workers
 
 logger = logging.getLogger(__name__)
@@ -62,7 +66,8 @@ def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True,
                                            parameters=plan.parameters)
         runs = Run.objects.bulk_create([
             Run(campaign=campaign, reproducer_version=run.version, detector=run.detector, variant=run.variant,
-                seed=run.seed, steps=plan.steps_of(run.version), queue=queue_for(run.version))
+                seed=run.seed, steps=plan.steps_of(run.version), queue=queue_for(run.version, run.environment),
+                python_environment=run.environment)
             for run in plan.runs
         ])
         run_ids = [run.pk for run in runs]  # bulk_create returns keys on PostgreSQL and SQLite
@@ -198,8 +203,9 @@ def current_worker(name=None):
     return Worker.objects.get(hostname=name)
 
 
-def current_environment():
-    facts = host_facts()
+def current_environment(python_environment=None):
+    """The Environment row of this host as a run in ``python_environment`` (None: the default) sees it."""
+    facts = facts_in(python_environment)
     environment, _ = Environment.objects.get_or_create(
         fingerprint=facts["fingerprint"],
         defaults={
@@ -239,14 +245,14 @@ def do_claim_run(run_id, worker):
     """Move a queued run to running for this worker; None if it is not (or no longer) queued."""
     with transaction.atomic():
         run = Run.objects.select_for_update(of=("self",)).select_related(
-            "reproducer_version__reproducer__bug", "detector").filter(pk=run_id).first()
+            "reproducer_version__reproducer__bug", "detector", "python_environment").filter(pk=run_id).first()
         if run is None or run.status != RunStatus.QUEUED:
             return None
         run.status = RunStatus.RUNNING
         run.started_at = timezone.now()
         run.attempts += 1
         run.worker = worker
-        run.environment = current_environment()
+        run.environment = current_environment(run.python_environment)
         run.save(update_fields=["status", "started_at", "attempts", "worker", "environment"])
     return run
 
@@ -365,8 +371,8 @@ def _fail_storing(run, outcome, error):
 def stale_running_runs(runs, now):
     """The runs among ``runs`` still running long past their allowance (their time limit under their
     detector, plus a grace period): whatever was executing them is gone."""
-    for run in runs.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector"):
-        allowed = get_plugin(run.detector.name).run_allowance(run.reproducer_version.time_limit_seconds)
+    for run in runs.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector__code"):
+        allowed = plugin_for(run.detector).run_allowance(run.reproducer_version.time_limit_seconds)
         if run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE < now:
             yield run
 
@@ -484,3 +490,94 @@ def do_record_stability(campaign, *, acting_user=None):
         for bug, verdict in by_bug.items():
             do_set_verification_verdict(bug, verdict, acting_user=acting_user, campaign=campaign)
     return checks
+
+
+# --- Detector versions: recorded (built-in), submitted, reviewed, scored --------------------------------------------
+
+def do_record_builtin_detector_version(plugin, source, code_hash, interface, *, acting_user=None):
+    """Record a built-in plugin's module (``source``) as an approved DetectorVersion of the system: built-in and
+    submitted detectors are one kind of record (runners.registry.builtin_version calls it on first use)."""
+    with transaction.atomic():
+        version, created = DetectorVersion.objects.get_or_create(
+            name=plugin.name, version=plugin.version, code_hash=code_hash,
+            defaults={"code": source, "interface": interface, "description": plugin.description, "builtin": True,
+                      "review_state": DetectorReviewState.APPROVED, "reviewed_at": timezone.now()})
+        if created:
+            audit.record(acting_user, "record", version, f"recorded built-in detector {version}")
+    return version
+
+
+@transaction.atomic
+def do_submit_detector_version(checked, link="", *, acting_user) -> DetectorVersion:
+    """A researcher's detector (a runners.detector_submissions.CheckedDetector), stored as a version waiting
+    for review. Nothing is imported, queued or run. A new version of a submitted detector comes from its
+    submitter or a maintainer (``permissions``: checked by the callers); a built-in's name is refused, as is a
+    version label or code the detector already has. Raises ValidationError with every problem found."""
+    problems = []
+    if problem := name_problem(checked.name):
+        problems.append(problem)
+    earlier = DetectorVersion.objects.filter(name=checked.name, builtin=False)
+    if earlier.filter(version=checked.version).exists():
+        problems.append(f"{checked.name} already has a version {checked.version!r}: give the new one another "
+                        f"version label (the class's version attribute).")
+    if same := earlier.filter(code_hash=checked.code_hash).first():
+        problems.append(f"This code is identical to {same}: nothing new to review.")
+    if problems:
+        raise ValidationError(problems)
+    version = DetectorVersion.objects.create(
+        name=checked.name, version=checked.version, code=checked.code, code_hash=checked.code_hash,
+        config=checked.config, interface=checked.interface, description=checked.description, link=link,
+        submitted_by=acting_user, review_state=DetectorReviewState.PENDING)
+    audit.record(acting_user, "submit", version, f"submitted detector {version} for review")
+    return version
+
+
+def _review_detector_version(version, approve, note, acting_user):
+    if not approve and not note.strip():
+        raise ValidationError("A rejection needs a reason for the submitter.")
+    version = DetectorVersion.objects.select_for_update().get(pk=version.pk)
+    if version.review_state != DetectorReviewState.PENDING:
+        raise ValidationError(f"{version} was already reviewed ({version.get_review_state_display().lower()}).")
+    version.review_state = DetectorReviewState.APPROVED if approve else DetectorReviewState.REJECTED
+    version.reviewed_by, version.reviewed_at, version.review_note = acting_user, timezone.now(), note.strip()
+    version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
+    audit.record(acting_user, "approve" if approve else "reject", version,
+                 f"{'approved' if approve else 'rejected'} detector {version}" + (f": {version.review_note}"
+                                                                                 * bool(version.review_note)))
+    return version
+
+
+@transaction.atomic
+def do_approve_detector_version(version, note="", *, acting_user):
+    """A maintainer approves one exact detector version; its scoring campaign starts (``do_start_scoring``).
+    Returns ``(version, campaign)``."""
+    version = _review_detector_version(version, True, note, acting_user)
+    return version, do_start_scoring(version, acting_user=acting_user)
+
+
+@transaction.atomic
+def do_reject_detector_version(version, note, *, acting_user):
+    """A maintainer rejects one detector version, with a reason the submitter reads; nothing of it ever runs."""
+    return _review_detector_version(version, False, note, acting_user)
+
+
+def do_start_scoring(version, seeds=None, versions=None, *, acting_user):
+    """An evaluation campaign of one approved DetectorVersion (its submitted config) over every CPU reproducer and
+    clean pipeline (``versions``: runners.scoring.scoring_versions), both variants, at the published
+    evaluation's seeds (``seeds``: runners.scoring.published_seeds), its own fit references left out. Approval
+    starts it; ``manage.py rescore`` starts it again on the current corpus."""
+    from .fitting import is_fit_reference  # runners.fitting imports this module
+
+    if not version.is_approved:
+        raise ValidationError(f"{version} is not approved by a maintainer; it cannot run.")
+    record = detector_record(version.name) if version.builtin else submitted_record(version)
+    if record.code_id != version.pk:
+        raise ValidationError(f"{version} is no longer the repository's {version.name}; score the current one.")
+    seeds = tuple(published_seeds() if seeds is None else seeds)
+    versions = scoring_versions() if versions is None else versions
+    if not versions:
+        raise ValidationError("There is no approved CPU reproducer or clean pipeline to score a detector on yet.")
+    plan = CampaignPlan.build(versions, [record],
+                              [Variant.BUGGY, Variant.FIXED], seeds, skip=is_fit_reference)
+    return do_create_campaign(f"scoring {version.name} {version.version}", plan, CampaignPurpose.SCORING,
+                              acting_user=acting_user)

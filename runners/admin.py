@@ -1,15 +1,43 @@
 from django.contrib import admin
 
 from .actions import do_cancel_campaign, do_retry_failed_runs
-from .models import Alarm, Campaign, Detector, Environment, Run, Worker
+from .models import (
+    Alarm,
+    Campaign,
+    Detector,
+    DetectorVersion,
+    Environment,
+    EnvironmentBuild,
+    PythonEnvironment,
+    Run,
+    Worker,
+)
 from .permissions import can_trigger
 from .selectors import visible_campaigns, visible_runs
 
 
 @admin.register(Detector)
 class DetectorAdmin(admin.ModelAdmin):
-    list_display = ["name", "version", "config_hash"]
-    readonly_fields = ["name", "version", "config", "config_hash"]
+    list_display = ["name", "version", "config_hash", "code"]
+    readonly_fields = ["name", "version", "config", "config_hash", "description", "code"]
+
+
+@admin.register(DetectorVersion)
+class DetectorVersionAdmin(admin.ModelAdmin):
+    """Read only: detector code is submitted on the site and reviewed there (/detectors/review/), through the
+    actions that audit it and start its scoring; the admin neither approves nor edits it."""
+
+    list_display = ["name", "version", "code_hash", "builtin", "submitted_by", "review_state", "reviewed_at"]
+    list_filter = ["review_state", "builtin"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in DetectorVersion._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Campaign)
@@ -81,3 +109,24 @@ class WorkerAdmin(admin.ModelAdmin):
 @admin.register(Environment)
 class EnvironmentAdmin(admin.ModelAdmin):
     list_display = ["host", "cpu", "gpu", "torch", "python"]
+
+
+class EnvironmentBuildInline(admin.TabularInline):
+    model = EnvironmentBuild
+    extra = 0
+    readonly_fields = ["worker", "host", "path", "build_seconds", "size_bytes", "built_at"]
+    can_delete = False
+
+
+@admin.register(PythonEnvironment)
+class PythonEnvironmentAdmin(admin.ModelAdmin):
+    """Read-only: environments are recorded by the build that made them (runners.environments)."""
+
+    list_display = ["name", "torch", "python", "is_default", "created_at"]
+    inlines = [EnvironmentBuildInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in PythonEnvironment._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # built on a worker (manage.py build_environment, SILENTBENCH_WORKER_ENVIRONMENTS)

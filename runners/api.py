@@ -4,23 +4,41 @@ from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import mixins, serializers, viewsets
+from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 
 from core.caching import cached, cached_many, digest
 
-from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from .actions import (
+    do_approve_detector_version,
+    do_cancel_campaign,
+    do_create_campaign,
+    do_reject_detector_version,
+    do_retry_failed_runs,
+    do_submit_detector_version,
+)
 from .completed import cached_status_counts
+from .detector_submissions import check_submission
 from .detectors.base import INTEGRATIONS
-from .models import Alarm, Campaign, CampaignState, Detector, Run, RunFailureKind, Variant
-from .permissions import CanTriggerCampaigns
+from .models import (
+    Alarm,
+    Campaign,
+    CampaignPurpose,
+    CampaignState,
+    Detector,
+    DetectorVersion,
+    Run,
+    RunFailureKind,
+    Variant,
+)
+from .permissions import CanReviewDetectors, CanTriggerCampaigns, can_review_detectors, detector_submission_refusal
 from .plans import MAX_SEED, MAX_SEEDS, MAX_STEPS, CampaignPlan
 from .registry import detector_listing, with_plugin_facts
-from .selectors import visible_alarms, visible_campaigns, visible_runs
+from .selectors import shown_parameters, visible_alarms, visible_campaigns, visible_runs
 
 
 class DetectorSerializer(serializers.ModelSerializer):
@@ -52,7 +70,7 @@ class DetectorViewSet(viewsets.ReadOnlyModelViewSet):
     yet is listed with ``id`` null, and gets its row when a campaign first names it."""
 
     serializer_class = DetectorListingSerializer
-    queryset = Detector.objects.order_by("name", "version", "id")
+    queryset = Detector.objects.select_related("code").order_by("name", "version", "id")
     filterset_fields = ["name", "version"]
 
     def list(self, request, *args, **kwargs):
@@ -223,6 +241,12 @@ class CampaignSerializer(serializers.ModelSerializer):
     def get_progress(self, campaign) -> dict:
         return campaign.progress(getattr(campaign, "counted", None))
 
+    def to_representation(self, campaign):
+        """As the reader may see it: its ``parameters`` without the reproducers of held-out bugs (shown_parameters)."""
+        data = super().to_representation(campaign)
+        data["parameters"] = shown_parameters(campaign, self.context["request"].user)
+        return data
+
 
 class CampaignEstimateSerializer(serializers.Serializer):
     runs = serializers.IntegerField()
@@ -319,3 +343,101 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return Response({"runs": do_retry_failed_runs(campaign, kinds=kinds, acting_user=request.user)})
         except DjangoValidationError as error:
             raise ValidationError(error.messages) from error
+
+
+class DetectorReviewSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True,
+                      "description": "JSON object (or its JSON text) applied over the class's default_config."})
+class DetectorConfigField(serializers.Field):
+    def to_internal_value(self, data):
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class DetectorSubmissionSerializer(serializers.ModelSerializer):
+    """A submitted detector version (docs/writing-a-detector.md): ``code`` is the plugin module as text, or
+    ``files`` one uploaded .py file; ``config`` (optional) a JSON object; ``description`` (optional) and ``link``.
+    Every problem is returned at once under ``code``; nothing of it is imported or run before a maintainer
+    approves it."""
+
+    code = serializers.CharField(write_only=True, required=False, allow_blank=True, default="", trim_whitespace=False,
+                                 help_text="The plugin module's source, as text.")
+    files = serializers.ListField(child=serializers.FileField(), write_only=True, required=False, default=list,
+                                  help_text="Or the module as one uploaded .py file (multipart), as reproducer "
+                                            "submissions take files.")
+    config = DetectorConfigField(required=False, default=dict)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    link = serializers.URLField(required=False, allow_blank=True, default="", max_length=500)
+    submitted_by = serializers.CharField(source="submitted_by.get_username", read_only=True, allow_null=True)
+    reviewed_by = serializers.CharField(source="reviewed_by.get_username", read_only=True, allow_null=True)
+    scoring_campaigns = serializers.SerializerMethodField(help_text="Its scoring campaigns, newest first.")
+
+    class Meta:
+        model = DetectorVersion
+        fields = ["id", "name", "version", "code_hash", "description", "link", "config", "interface", "builtin",
+                  "submitted_by", "review_state", "review_note", "reviewed_by", "reviewed_at", "created_at",
+                  "scoring_campaigns", "code", "files"]
+        read_only_fields = ["name", "version", "code_hash", "interface", "builtin", "review_state", "review_note",
+                            "reviewed_at", "created_at"]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_scoring_campaigns(self, version):
+        return list(Campaign.objects.filter(purpose=CampaignPurpose.SCORING, runs__detector__code=version)
+                    .order_by("-created_at", "-id").values_list("id", flat=True).distinct())
+
+    def validate(self, data):
+        checked, problems = check_submission(data["code"], data["files"], data.get("config", {}),
+                                             data.get("description", ""))
+        if problems:
+            raise ValidationError({"code": problems})
+        if refusal := detector_submission_refusal(self.context["request"].user, checked.name):
+            raise PermissionDenied(refusal)
+        return {"checked": checked, "link": data.get("link", "")}
+
+
+class DetectorSubmissionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Your detector submissions (maintainers: every submitted one), each with its review and scoring campaigns.
+    ``POST`` submits a new version (JSON or multipart); ``POST {id}/review/`` approves it (its scoring campaign
+    starts) or rejects it with a reason (maintainers)."""
+
+    serializer_class = DetectorSubmissionSerializer
+    permission_classes = [permissions.IsAuthenticated]
+    queryset = DetectorVersion.objects.none()  # for the schema; get_queryset gives the caller's
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return self.queryset
+        versions = DetectorVersion.objects.filter(builtin=False).select_related("submitted_by", "reviewed_by")
+        if not can_review_detectors(self.request.user):
+            versions = versions.filter(submitted_by=self.request.user)
+        return versions.order_by("-created_at", "-id")
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        try:
+            serializer.instance = do_submit_detector_version(data["checked"], data["link"],
+                                                             acting_user=self.request.user)
+        except DjangoValidationError as error:
+            raise ValidationError({"code": error.messages}) from error
+
+    @extend_schema(request=DetectorReviewSerializer, responses=DetectorSubmissionSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[CanReviewDetectors])
+    def review(self, request, pk=None):
+        """A maintainer approves (the scoring campaign starts) or rejects (a note is required) this version."""
+        review = DetectorReviewSerializer(data=request.data)
+        review.is_valid(raise_exception=True)
+        version, note = self.get_object(), review.validated_data["note"]
+        try:
+            if review.validated_data["decision"] == "approve":
+                version, _ = do_approve_detector_version(version, note, acting_user=request.user)
+            else:
+                version = do_reject_detector_version(version, note, acting_user=request.user)
+        except DjangoValidationError as error:
+            raise ValidationError(error.messages) from error
+        return Response(DetectorSubmissionSerializer(version, context=self.get_serializer_context()).data)

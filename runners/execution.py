@@ -13,13 +13,21 @@ from pathlib import Path, PurePosixPath
 from django.conf import settings
 
 from . import compile_cache
-from .detectors import get_plugin
-from .detectors.base import RunContext
+from .detectors.base import DETECTOR_MODULE_ENV, RunContext
+from .environments import (
+    EnvironmentBuildError,
+    address_space_extra_mb,
+    environment_python,
+    is_default,
+    missing_packages,
+)
 from .failures import detector_setup_failed, no_oracle_report, offline_check_failed, sandbox_kind
 from .models import RunFailureKind
+from .registry import plugin_for
 from .report import parse_report
-from .routing import device_nodes, visible_devices
+from .routing import device_nodes, environment_lacks_packages, visible_devices
 from .sandbox import Limits, run_sandboxed
+from .submitted_plugins import SubmittedPlugin
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -60,11 +68,12 @@ def materialize(files, workdir):
 
 
 def scrubbed_environment(workdir, report_path, detector_name, detector_config, instrumented, devices=(),
-                         alarm_key=""):
+                         alarm_key="", python=None):
     """The run's whole environment: built from nothing, so no secret or credential leaks in. It sees only
-    the GPUs it holds (``devices``, nvidia-smi's indices); none at all when it holds none."""
+    the GPUs it holds (``devices``, nvidia-smi's indices); none at all when it holds none. ``python``: the
+    interpreter it runs on, first on its PATH (None: this process's own)."""
     env = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "PATH": os.pathsep.join([str(Path(python or sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": str(workdir),
         "TMPDIR": str(Path(workdir, "tmp")),
         "PYTHONUNBUFFERED": "1",
@@ -133,19 +142,38 @@ class UnapprovedVersion(PermissionError):
     """``execute`` was asked to run a version no maintainer approved."""
 
 
+def refused_here(reason):
+    """The outcome of a run this worker cannot serve at all (its environment is not built here, or lacks what
+    its detector needs): nothing ran."""
+    return RunOutcome(succeeded=False, failure_reason=reason, failure_kind=RunFailureKind.UNSERVABLE, exit_code=None,
+                      wall_seconds=0.0, stdout="", stderr="", output_truncated=False)
+
+
 def execute(run, devices=()):
     """Run ``run`` to completion in a fresh directory, on the GPUs ``devices`` it holds; always returns
     an outcome, never a half state.
 
     A detector that works from outside (TrainCheck) runs its own copy of the script and checks the run's
-    trace afterwards, while the directory still exists; its offline time is measured apart.
+    trace afterwards, while the directory still exists; its offline time is measured apart. A submitted
+    detector's code is never imported here: its probe is imported inside the run's sandbox and its offline
+    check runs in a sandbox of its own (runners.submitted_plugins).
     """
     version = run.reproducer_version
     if not version.is_approved:  # every caller comes through here: unapproved code never starts
         raise UnapprovedVersion(f"{version} is not approved by a maintainer; it cannot run.")
-    plugin = get_plugin(run.detector.name)
+    plugin = plugin_for(run.detector)
+    environment, python, extra_mb = run.python_environment, None, 0
+    if not is_default(environment):  # another torch release: its own interpreter, sealed the same way
+        missing = missing_packages(plugin, environment)
+        if missing:
+            return refused_here(environment_lacks_packages(plugin.name, environment.name, missing))
+        try:
+            python, extra_mb = environment_python(environment), address_space_extra_mb(environment)
+        except EnvironmentBuildError as error:
+            return refused_here(str(error))
     base_limits = run_limits(version)
-    limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor)
+    limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor,
+                     address_space_extra_mb=extra_mb)
     settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
     analysis_error, analysis_seconds, offline_alarms = "", None, []
@@ -158,14 +186,16 @@ def execute(run, devices=()):
         materialize(version.files, workdir)
         cached_files = compile_cache.seed(workdir, version)
         env = scrubbed_environment(workdir, report_path, plugin.name, run.detector.config, plugin.instruments,
-                                   devices, alarm_key)
+                                   devices, alarm_key, python)
         env.update(compile_cache.environment(workdir))
+        if isinstance(plugin, SubmittedPlugin) and plugin.instruments:  # imported by the probe, in the sandbox only
+            env[DETECTOR_MODULE_ENV] = str(plugin.write_module(workdir))
         env.update(plugin.environment(run.detector.config))
         declared = declared_environment(version)
         env.update(declared)
         context = RunContext(workdir=workdir, entrypoint=version.entrypoint, config=run.detector.config, env=env,
                              limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None)
-        argv = [sys.executable, version.entrypoint, "--variant", run.variant,
+        argv = [str(python or sys.executable), version.entrypoint, "--variant", run.variant,
                 "--seed", str(run.seed), "--steps", str(run.steps)]
         try:
             command = plugin.command(argv, context)
@@ -179,7 +209,8 @@ def execute(run, devices=()):
         preload = context.preload or plugin.preload
         result = run_sandboxed(command, context.cwd or workdir, env, limits, warm=not cold_reason,
                                preload=preload, report_path=report_path,
-                               alarm_key="" if cold_reason else alarm_key, devices=device_nodes(devices))
+                               alarm_key="" if cold_reason else alarm_key, devices=device_nodes(devices),
+                               python=python)
         report = parse_report(result.report_text, alarm_key=alarm_key or None)
         failure = result.failure(limits)
         if failure is None:
@@ -216,6 +247,8 @@ def execute(run, devices=()):
         "refused_alarms": report.refused_alarms,
         "compile_cache": {"files_in": cached_files, "files_added": compiled_files},
     }
+    if python:  # another environment: its name, and the address space its libraries were allowed beyond the limit
+        execution.update(python_environment=environment.name, address_space_extra_mb=extra_mb)
     return RunOutcome(
         succeeded=not reason,
         failure_reason=reason,

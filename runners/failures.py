@@ -11,7 +11,7 @@ from django.db.models import Count
 
 from . import sandbox
 from .models import UNSUCCESSFUL_STATUSES, RunFailureKind
-from .routing import unservable_reason, wrong_worker_reason
+from .routing import environment_lacks_packages, environment_not_built, unservable_reason, wrong_worker_reason
 
 
 def no_oracle_report():
@@ -79,8 +79,10 @@ REASON_BUILDERS = {
     RunFailureKind.UNAPPROVED: (unapproved,),
     RunFailureKind.INTERNAL: (internal_error, detector_setup_failed, offline_check_failed, storing_failed),
     # The reconciler fails runs no live worker consumes the queue of; a worker refuses a run whose GPUs
-    # its host does not have (routed to the wrong worker).
-    RunFailureKind.UNSERVABLE: (unservable_reason, wrong_worker_reason),
+    # its host does not have (routed to the wrong worker), whose Python environment it has not built, or whose
+    # detector needs packages that environment lacks.
+    RunFailureKind.UNSERVABLE: (unservable_reason, wrong_worker_reason, environment_not_built,
+                                environment_lacks_packages),
     RunFailureKind.CANCELLED: (cancelled_before_start,),
     # A broker run whose worker vanished is queued again, and given up once lost on its last allowed attempt; an
     # overhead run is given up when the process timing it stops (evaluation.overhead).

@@ -13,9 +13,9 @@ from django.conf import settings
 from core.enums import Variant
 
 from .actions import do_store_fit_artifact
-from .detectors import get_plugin
 from .execution import materialize, run_limits, scrubbed_environment
 from .models import FitArtifact
+from .registry import plugin_for
 from .selectors import runnable_versions
 
 
@@ -48,7 +48,7 @@ def reference_versions(config, version):
 def is_fit_reference(version, detector):
     """True when ``version`` is one of the clean pipelines that ``detector`` fits on by default: such a
     program is held out of the detector's evaluation (it would be fitted on its own behaviour)."""
-    plugin = get_plugin(detector.name)
+    plugin = plugin_for(detector)
     names = plugin.config(detector.config).get("fit_pipelines") or []
     return plugin.needs_fit and version.reproducer.is_reference_pipeline and version.reproducer.name in names
 
@@ -57,17 +57,19 @@ def fit_key(detector, tool_version, versions):
     """What a fit depends on: the plugin's fit family and version, the config keys that shape the fit,
     the tool's version and the exact reference programs. Detectors that differ only in how they
     check (TrainCheck's selective and full collection) share one fit."""
-    plugin = get_plugin(detector.name)
+    plugin = plugin_for(detector)
     config = plugin.config(detector.config)
     material = {"family": plugin.fit_family or plugin.name, "version": plugin.version, "tool": tool_version,
                 "config": {key: config.get(key) for key in plugin.fit_config_keys},
                 "references": sorted(v.content_hash for v in versions)}
+    if detector.code_id is not None and not detector.code.builtin:  # a submitted version: its exact code
+        material["code"] = detector.code.code_hash
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
 def ensure_fit(detector, version):
     """The detector's fit artifact for runs of ``version``: from the cache, or fitted now (and cached)."""
-    plugin = get_plugin(detector.name)
+    plugin = plugin_for(detector)  # a submitted detector fits in a sandboxed process (runners.submitted_plugins)
     config = plugin.config(detector.config)
     references = reference_versions(config, version)
     if not references:

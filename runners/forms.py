@@ -102,3 +102,17 @@ class RetryForm(forms.Form):
         if not self.cleaned_data["by_kind"] or set(ticked) >= set(self.present):
             return None
         return [RunFailureKind(kind) for kind in ticked]
+
+
+class DetectorSubmissionForm(forms.Form):
+    """A detector's plugin module (pasted or uploaded), its config and a link (docs/writing-a-detector.md)."""
+
+    code = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false"}),
+                           help_text="The plugin module: one class deriving from DetectorPlugin.")
+    code_file = forms.FileField(required=False, label="or upload the module (.py)")
+    config = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                             help_text="Optional JSON object applied over the class's default_config.")
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                                  help_text="Optional; the class's description attribute otherwise.")
+    link = forms.URLField(required=False, max_length=500, assume_scheme="https",
+                          help_text="A paper or repository describing the detector.")

@@ -1,4 +1,6 @@
 """Execution records: detectors, campaigns, runs, their alarms and where they ran."""
+import json
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
@@ -7,23 +9,103 @@ from bugs.models import ReproducerVersion
 from core.enums import Variant
 
 
+class DetectorReviewState(models.TextChoices):
+    PENDING = "pending", "Waiting for review"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class DetectorVersion(models.Model):
+    """The code of one detector at one version: its plugin module's source, as submitted and reviewed.
+
+    Submitted ones come from a researcher (``submitted_by``) and wait for a maintainer's review; built-in ones
+    are the modules of ``runners/detectors/``, recorded by the system (``builtin``, no submitter) and approved as
+    they are recorded. Immutable once stored: a change is a new version. ``interface`` holds what the worker needs
+    to know of the plugin without importing it, read from the module's syntax tree at submission
+    (runners.detector_submissions.interface_of); ``config`` the overrides submitted with it."""
+
+    name = models.SlugField(max_length=64)
+    version = models.CharField(max_length=32)
+    code = models.TextField(help_text="The plugin module's source.")
+    code_hash = models.CharField(max_length=64, help_text="SHA-256 of the source, as UTF-8.")
+    config = models.JSONField(default=dict, blank=True, help_text="Overrides of the plugin's default_config.")
+    interface = models.JSONField(default=dict)
+    description = models.TextField(blank=True)
+    link = models.URLField(max_length=500, blank=True, help_text="A paper or repository describing the detector.")
+    builtin = models.BooleanField(default=False)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="submitted_detector_versions", help_text="Empty for built-in detectors (the system).")
+    review_state = models.CharField(max_length=16, choices=DetectorReviewState.choices,
+                                    default=DetectorReviewState.PENDING)
+    reviewed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    review_note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["name", "version", "code_hash"],
+                                               name="unique_detector_version_code")]
+
+    def __str__(self):
+        return f"{self.name} {self.version} ({self.code_hash[:12]})"
+
+    @property
+    def is_approved(self):
+        return self.review_state == DetectorReviewState.APPROVED
+
+    @property
+    def files(self):
+        """The version as files (its module and its config), for the review page's diff (bugs.submission_views)."""
+        return {f"{self.name}.py": self.code, "config.json": json.dumps(self.config, indent=2, sort_keys=True)}
+
+    def approved_baseline(self):
+        """The newest approved version of the same detector before this one: what a reviewer diffs against."""
+        return (DetectorVersion.objects.filter(name=self.name, review_state=DetectorReviewState.APPROVED)
+                .exclude(pk=self.pk).filter(models.Q(created_at__lt=self.created_at)
+                                            | models.Q(created_at=self.created_at, id__lt=self.pk))
+                .order_by("-created_at", "-id").first())
+
+
 class Detector(models.Model):
-    """A detector plugin at one version with one config, recorded verbatim with every run."""
+    """A detector plugin at one version with one config, recorded verbatim with every run. ``code`` is the exact
+    module that ran (empty only on rows recorded before detector versions existed)."""
 
     name = models.SlugField(max_length=64)
     version = models.CharField(max_length=32)
     config = models.JSONField(default=dict)
     config_hash = models.CharField(max_length=64)
     description = models.TextField(blank=True)
+    code = models.ForeignKey(DetectorVersion, null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="records")
 
     class Meta:
         ordering = ["name", "version"]
         constraints = [
-            models.UniqueConstraint(fields=["name", "version", "config_hash"], name="unique_detector_config")
+            models.UniqueConstraint(fields=["name", "version", "config_hash", "code"], name="unique_detector_config")
         ]
 
     def __str__(self):
         return f"{self.name} {self.version}"
+
+    # What the leaderboard shows of the code a record ran (None for rows older than detector versions).
+    @property
+    def submitter(self):
+        return self.code and self.code.submitted_by
+
+    @property
+    def link(self):
+        return self.code.link if self.code else ""
+
+    @property
+    def approved_at(self):
+        return self.code and self.code.reviewed_at
+
+    @property
+    def code_hash(self):
+        return self.code.code_hash if self.code else ""
 
 
 class Worker(models.Model):
@@ -67,10 +149,57 @@ class Environment(models.Model):
         return f"{self.host} · torch {self.torch or '?'} · {self.gpu or 'CPU'}"
 
 
+class PythonEnvironment(models.Model):
+    """A Python interpreter with pinned packages that runs can ask for (runners.environments builds it).
+
+    Named by what it resolved to (``py3.11-torch2.11.0``), so two requirement lists that resolve alike share
+    one record. ``is_default`` marks the workers' own interpreter (the torch the project pins): a run with
+    no environment, or with the default one, runs there. Where each worker built it is in
+    :class:`EnvironmentBuild`.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    requirements = models.JSONField(default=list, help_text='Pip requirement strings, e.g. ["torch==2.11.0"].')
+    resolved = models.JSONField(default=dict, help_text="{package: version} as installed in the built environment.")
+    python = models.CharField(max_length=32)
+    torch = models.CharField(max_length=64, blank=True, help_text="The resolved torch version, e.g. 2.11.0.")
+    is_default = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-is_default", "name"]
+        constraints = [models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True),
+                                               name="one_default_python_environment")]
+
+    def __str__(self):
+        return self.name
+
+
+class EnvironmentBuild(models.Model):
+    """One build of an environment on one machine: where it is, how long it took and how large it is."""
+
+    environment = models.ForeignKey(PythonEnvironment, on_delete=models.CASCADE, related_name="builds")
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="builds",
+                               help_text="Empty for a build made by hand (manage.py build_environment).")
+    host = models.CharField(max_length=255)
+    path = models.CharField(max_length=1024)
+    build_seconds = models.FloatField()
+    size_bytes = models.BigIntegerField()
+    built_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-built_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["host", "path"], name="unique_environment_build")]
+
+    def __str__(self):
+        return f"{self.environment} on {self.host}"
+
+
 class CampaignPurpose(models.TextChoices):
     MANUAL = "manual", "Campaign"
     VERIFICATION = "verification", "Verification"
     EVALUATION = "evaluation", "Evaluation"
+    SCORING = "scoring", "Detector scoring"  # one approved detector version over the corpus (do_start_scoring)
     # Timed one run at a time by the process that created it (manage.py evaluate), never enqueued.
     OVERHEAD = "overhead", "Overhead measurement"
 
@@ -214,7 +343,8 @@ class Run(models.Model):
     variant = models.CharField(max_length=8, choices=Variant.choices)
     seed = models.IntegerField(default=0)
     steps = models.PositiveIntegerField()
-    queue = models.CharField(max_length=32, default="cpu")
+    queue = models.CharField(max_length=160, default="cpu",
+                             help_text="Its needs (runners.routing), then . and its environment's name if not default.")
 
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     failure_reason = models.TextField(blank=True)
@@ -223,6 +353,9 @@ class Run(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL)
     environment = models.ForeignKey(Environment, null=True, blank=True, on_delete=models.SET_NULL)
+    python_environment = models.ForeignKey(PythonEnvironment, null=True, blank=True, on_delete=models.PROTECT,
+                                           related_name="runs",
+                                           help_text="The interpreter it asked for; empty = the workers' own.")
 
     queued_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -1,7 +1,7 @@
 """Who may do what to runs and campaigns, checked at the edge: views, the API and the admin."""
 from rest_framework import permissions
 
-from core.roles import TRIGGER_PERMISSION
+from core.roles import APPROVE_PERMISSION, TRIGGER_PERMISSION
 
 
 def can_trigger(user):
@@ -16,3 +16,27 @@ class CanTriggerCampaigns(permissions.BasePermission):
 
     def has_permission(self, request, view):
         return request.method in permissions.SAFE_METHODS or can_trigger(request.user)
+
+
+def can_review_detectors(user):
+    """Approve or reject submitted detector code (maintainers, who review reproducer code too)."""
+    return bool(user and user.is_authenticated and user.has_perm(APPROVE_PERMISSION))
+
+
+def detector_submission_refusal(user, name):
+    """Why ``user`` may not submit a version of the detector ``name``, or '': anyone signed in may submit a detector
+    of a new name; new versions of a submitted detector come from whoever submitted it before, or a maintainer."""
+    from .models import DetectorVersion
+
+    earlier = DetectorVersion.objects.filter(name=name, builtin=False)
+    if earlier.exists() and not earlier.filter(submitted_by=user).exists() and not can_review_detectors(user):
+        return (f"{name} was submitted by someone else; only they or a maintainer can submit new versions of it. "
+                f"Give yours a name of its own.")
+    return ""
+
+
+class CanReviewDetectors(permissions.BasePermission):
+    message = "Only maintainers can review detector code."
+
+    def has_permission(self, request, view):
+        return can_review_detectors(request.user)

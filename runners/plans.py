@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 from django.db.models import Avg, F
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from core.enums import Variant
 
 from .detectors import all_plugins
+from .environments import default_environment
 from .models import Run, RunStatus
 from .registry import detector_record, sync_detectors
 from .selectors import runnable_versions
@@ -28,6 +31,32 @@ class PlannedRun:
     detector: object
     variant: str
     seed: int
+    environment: object = None  # a PythonEnvironment; None: the default one
+
+
+def declared_packages(version):
+    """The requirements a reproducer version declares (``needs.packages``: ``["torch>=2.4"]``); a malformed
+    one is left out (the catalog loader reports it)."""
+    declared = (version.manifest.get("needs") or {}).get("packages") or []
+    requirements = []
+    for text in declared if isinstance(declared, list) else []:
+        try:
+            requirements.append(Requirement(str(text)))
+        except InvalidRequirement:
+            continue
+    return requirements
+
+
+def runs_in(version, environment):
+    """Whether ``version`` runs in ``environment``, the default one included: when the environment has every package
+    it declares (``needs.packages``) at a version its specifier allows (local labels such as ``+cpu`` aside, as pip
+    compares them). A reproducer written for the release that still has its bug (``torch<2.3``) is not run where the
+    bug is fixed, where it could only fail to reproduce."""
+    for requirement in declared_packages(version):
+        installed = environment.resolved.get(canonicalize_name(requirement.name))
+        if installed is None or not requirement.specifier.contains(installed, prereleases=True):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -41,14 +70,16 @@ class CampaignPlan:
     seeds: tuple
     steps: int | None
     runs: tuple
+    environments: tuple = ()  # PythonEnvironments: the runs are their cross product with the rest
 
     @classmethod
     def resolve(cls, bugs=None, pipelines=(), detectors=None, variants=(Variant.BUGGY, Variant.FIXED), seeds=(0,),
-                steps=None, cuda=False, skip=None):
+                steps=None, cuda=False, skip=None, environments=None):
         """A plan from names. ``bugs`` None means every runnable bug, ``detectors`` None every detector;
         each bug runs its CPU reproducers (and its CUDA ones with ``cuda``) at their latest approved
-        version; each named pipeline runs its fixed variant. Raises ValidationError({field: [problems]})
-        with every problem at once: a bug with nothing approved to run, an unknown pipeline or detector..."""
+        version; each named pipeline runs its fixed variant; ``environments`` (PythonEnvironments, None: the
+        default one) as in :meth:`build`. Raises ValidationError({field: [problems]}) with every problem at
+        once: a bug with nothing approved to run, an unknown pipeline or detector..."""
         problems = {}
         versions = []
         if bugs is None or bugs:
@@ -76,7 +107,7 @@ class CampaignPlan:
                                          for name in unknown]
             records = [detector_record(name) for name in dict.fromkeys(detectors) if name in all_plugins()]
         try:
-            plan = cls.build(versions, records, variants, seeds, steps, skip)
+            plan = cls.build(versions, records, variants, seeds, steps, skip, environments)
         except ValidationError as error:
             for field, messages in error.message_dict.items():
                 problems.setdefault(field, messages)  # "pick at least one" adds nothing to a named problem
@@ -86,11 +117,15 @@ class CampaignPlan:
         return plan
 
     @classmethod
-    def build(cls, versions, detectors, variants=(Variant.BUGGY, Variant.FIXED), seeds=(0,), steps=None, skip=None):
-        """Every combination of versions x detectors x variants x seeds that can run: a clean pipeline
-        has only its fixed variant, and ``skip(version, detector)`` leaves out others (a detector's own
-        fit references). Only approved versions are accepted."""
+    def build(cls, versions, detectors, variants=(Variant.BUGGY, Variant.FIXED), seeds=(0,), steps=None, skip=None,
+              environments=None):
+        """Every combination of versions x detectors x variants x seeds x environments that can run: a clean
+        pipeline has only its fixed variant, ``skip(version, detector)`` leaves out others (a detector's own
+        fit references), and a version runs only in the environments that have the packages it declares
+        (``needs.packages``: ``torch>=2.4``). ``environments`` None is the default one. Only approved versions
+        are accepted."""
         variants, seeds = tuple(dict.fromkeys(variants)), tuple(sorted(set(seeds)))
+        environments = tuple(dict.fromkeys(environments)) if environments is not None else (default_environment(),)
         problems = {}
         unapproved = [str(version) for version in versions if not version.is_approved]
         if unapproved:
@@ -106,15 +141,22 @@ class CampaignPlan:
             problems["seeds"] = [f"Give between 1 and {MAX_SEEDS} seeds, each from 0 to {MAX_SEED}."]
         if steps is not None and not 1 <= steps <= MAX_STEPS:
             problems["steps"] = [f"Steps must be between 1 and {MAX_STEPS}."]
+        if not environments:
+            problems["environments"] = ["Pick at least one environment."]
         if problems:
             raise ValidationError(problems)
-        runs = tuple(PlannedRun(version, detector, variant, seed)
-                     for version in versions for variant in variants for seed in seeds for detector in detectors
+        runs = tuple(PlannedRun(version, detector, variant, seed, environment)
+                     for environment in environments for version in versions if runs_in(version, environment)
+                     for variant in variants for seed in seeds for detector in detectors
                      if variant in version.reproducer.variants and not (skip and skip(version, detector)))
         if not runs:
+            if not any(runs_in(version, environment) for environment in environments for version in versions):
+                raise ValidationError({"environments": [
+                    "No chosen reproducer declares packages (needs.packages) that these environments have: "
+                    + ", ".join(f"{environment} (torch {environment.torch})" for environment in environments)]})
             raise ValidationError({"variants": ["These choices make no run (a clean pipeline has only its fixed "
                                                 "variant)."]})
-        return cls(tuple(versions), tuple(detectors), variants, seeds, steps, runs)
+        return cls(tuple(versions), tuple(detectors), variants, seeds, steps, runs, environments)
 
     @classmethod
     def pairs(cls, workload, baseline, detectors, pairs, steps=None):
@@ -127,7 +169,7 @@ class CampaignPlan:
                 runs += [PlannedRun(workload, baseline, Variant.FIXED, seed),
                          PlannedRun(workload, detector, Variant.FIXED, seed)]
         plan = cls.build([workload], [baseline, *detectors], [Variant.FIXED], range(len(detectors) * pairs), steps)
-        return cls(plan.versions, plan.detectors, plan.variants, plan.seeds, steps, tuple(runs))
+        return cls(plan.versions, plan.detectors, plan.variants, plan.seeds, steps, tuple(runs), plan.environments)
 
     def steps_of(self, version):
         return self.steps or version.default_steps
@@ -137,13 +179,14 @@ class CampaignPlan:
         """What the campaign records of its plan."""
         return {"reproducers": [str(version) for version in self.versions],
                 "detectors": [str(detector) for detector in self.detectors],
-                "variants": list(self.variants), "seeds": list(self.seeds), "steps": self.steps}
+                "variants": list(self.variants), "seeds": list(self.seeds), "steps": self.steps,
+                "environments": [environment.name for environment in self.environments]}
 
     def digest(self):
         """Names exactly these runs; the builder's confirm needs the digest its preview showed, so a
         campaign that was never previewed (choices changed, then Enter pressed) is not queued."""
-        cells = sorted((run.version.pk, run.detector.pk, run.variant, run.seed, self.steps_of(run.version))
-                       for run in self.runs)
+        cells = sorted((run.version.pk, run.detector.pk, run.variant, run.seed, self.steps_of(run.version),
+                        run.environment.pk if run.environment else 0) for run in self.runs)
         return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:16]
 
     def estimate(self):

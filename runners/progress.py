@@ -4,8 +4,8 @@ import time
 from django.core.management.base import CommandError
 from django.db.models import Max
 
-from .detectors import get_plugin
-from .models import Campaign
+from .models import Campaign, Detector
+from .registry import plugin_for
 
 
 def bar(progress, width=30):
@@ -21,9 +21,10 @@ class CampaignStalled(CommandError):
 def stall_limit(campaign):
     """No run can stay running longer than its allowance (its time limit under its detector, fit
     included): twice the longest one, plus start-up slack."""
-    longest_by_detector = campaign.runs.values_list("detector__name").annotate(
+    longest_by_detector = campaign.runs.values_list("detector").annotate(
         longest=Max("reproducer_version__time_limit_seconds"))
-    allowances = [get_plugin(name).run_allowance(longest) for name, longest in longest_by_detector]
+    detectors = Detector.objects.select_related("code").in_bulk([pk for pk, _ in longest_by_detector])
+    allowances = [plugin_for(detectors[pk]).run_allowance(longest) for pk, longest in longest_by_detector]
     return 2 * max(allowances, default=60) + 120
 
 

@@ -1,25 +1,87 @@
-"""The Detector rows of the registered plugins: one per plugin, version and exact config, recorded
-verbatim with every run."""
+"""The Detector rows: one per plugin, version, exact config and exact code, recorded verbatim with every run.
+
+Built-in and submitted detectors are one kind: each Detector row names the DetectorVersion whose code it runs.
+A built-in plugin's version is its module's source as the repository holds it, recorded by the system and
+approved as it is recorded (``builtin_version``); a submitted one is stored by ``do_submit_detector_version`` and
+runs once a maintainer approved it. What differs is where the code is imported: a built-in module is part of the
+worker, a submitted one is never imported there (``plugin_for``, runners.submitted_plugins)."""
 import hashlib
 import json
+import sys
+from pathlib import Path
 
-from .detectors import all_plugins, get_plugin
-from .models import Detector
+from .detectors import DetectorPlugin, all_plugins, get_plugin
+from .models import Detector, DetectorReviewState, DetectorVersion
+from .submitted_plugins import SubmittedPlugin
 
 
 def config_hash(config):
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def detector_record(name, overrides=None):
-    """The Detector row for a plugin at its current version with this exact config."""
-    plugin = get_plugin(name)
-    config = plugin.config(overrides)
-    detector, _ = Detector.objects.get_or_create(
-        name=plugin.name, version=plugin.version, config_hash=config_hash(config),
-        defaults={"config": config, "description": plugin.description},
-    )
+def builtin_interface(plugin):
+    """What the worker knows of a plugin without importing it, as ``interface_of`` reads it for a submitted one."""
+    return {"integration": plugin.integration, "default_config": plugin.default_config,
+            "instruments": plugin.instruments, "needs_fit": plugin.needs_fit,
+            "time_limit_factor": plugin.time_limit_factor, "fit_config_keys": list(plugin.fit_config_keys),
+            "analyze": type(plugin).analyze is not DetectorPlugin.analyze, "fit": plugin.needs_fit}
+
+
+def builtin_version(plugin):
+    """The approved DetectorVersion of a built-in plugin: its module's source as the repository holds it now."""
+    from .actions import do_record_builtin_detector_version  # runners.actions imports this module
+
+    source = Path(sys.modules[type(plugin).__module__].__file__).read_text(encoding="utf-8")
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    version = DetectorVersion.objects.filter(name=plugin.name, version=plugin.version, code_hash=digest).first()
+    return version or do_record_builtin_detector_version(plugin, source, digest, builtin_interface(plugin),
+                                                         acting_user=None)
+
+
+def _record(name, version, config, description, code):
+    """The Detector row of exactly this code and config. A row recorded before detector versions existed (no
+    code) with the same name, version and config is the built-in's: it is given its code, not duplicated."""
+    digest = config_hash(config)
+    if code.builtin and not Detector.objects.filter(name=name, version=version, config_hash=digest,
+                                                    code=code).exists():
+        legacy = Detector.objects.filter(name=name, version=version, config_hash=digest, code=None).first()
+        if legacy is not None:
+            Detector.objects.filter(pk=legacy.pk, code=None).update(code=code)
+    detector, _ = Detector.objects.select_related("code").get_or_create(
+        name=name, version=version, config_hash=digest, code=code,
+        defaults={"config": config, "description": description})
     return detector
+
+
+def detector_record(name, overrides=None):
+    """The Detector row for a built-in plugin at its current version and code, with this exact config."""
+    plugin = get_plugin(name)
+    return _record(plugin.name, plugin.version, plugin.config(overrides), plugin.description,
+                   builtin_version(plugin))
+
+
+def submitted_record(version, overrides=None):
+    """The Detector row of a submitted DetectorVersion, with its submitted config (and ``overrides``)."""
+    plugin = SubmittedPlugin(version)
+    return _record(version.name, version.version, plugin.config({**version.config, **(overrides or {})}),
+                   version.description, version)
+
+
+def plugin_for(detector):
+    """The plugin that runs a Detector row: the built-in registry's, or for submitted code a stand-in that
+    runs its hooks only inside a sandbox (runners.submitted_plugins)."""
+    if detector.code_id is not None and not detector.code.builtin:
+        return SubmittedPlugin(detector.code)
+    return get_plugin(detector.name)
+
+
+def approved_submitted_versions():
+    """The newest approved version of each submitted detector."""
+    newest = {}
+    for version in (DetectorVersion.objects.filter(builtin=False, review_state=DetectorReviewState.APPROVED)
+                    .order_by("name", "-reviewed_at", "-id")):
+        newest.setdefault(version.name, version)
+    return list(newest.values())
 
 
 def sync_detectors():
@@ -37,11 +99,14 @@ def with_plugin_facts(detectors):
     campaign naming it runs."""
     plugins = all_plugins()
     current = {_default_record_key(plugin) for plugin in plugins.values()}
+    newest_submitted = {version.pk for version in approved_submitted_versions()}
     for detector in detectors:
-        plugin = plugins.get(detector.name)
+        submitted = detector.code_id is not None and not detector.code.builtin
+        plugin = SubmittedPlugin(detector.code) if submitted else plugins.get(detector.name)
         detector.needs_fit = plugin.needs_fit if plugin else None
         detector.integration = plugin.integration if plugin else None
-        detector.current = (detector.name, detector.version, detector.config_hash) in current
+        detector.current = (detector.code_id in newest_submitted if submitted
+                            else (detector.name, detector.version, detector.config_hash) in current)
     return detectors
 
 

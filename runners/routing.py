@@ -11,6 +11,10 @@ One rule, read in both directions (``queue_for`` and ``queues_for_worker``)::
 A worker with GPUs consumes ``gpu<k>`` for k up to its GPU count, ``gpu<k>-<t>gb`` for k up to the
 number of its GPUs that hold t GB, and ``cpu`` unless told not to. Cards report less than their
 nominal size (an L40S "48 GB" shows 45 GiB), so a GPU counts as t GB from 92% of t on.
+
+A run that asks for a Python environment other than the default one (runners.environments) goes to its
+needs' queue with the environment's name after a ``.`` (``cpu.py3.11-torch2.11.0``); a worker that built
+that environment consumes each of its queues that way too, and no other worker does.
 """
 import fcntl
 import math
@@ -28,6 +32,9 @@ from .models import Run, RunStatus
 
 MEMORY_SLACK = 0.92
 QUEUE_PATTERN = re.compile(r"^gpu(?P<gpus>\d*)(?:-(?P<memory>\d+)gb)?$")
+# Between a queue and its environment: not in any queue name above, and a character every broker takes in a name
+# (the filesystem broker's exchanges take letters, digits, ".", "_" and "-" only).
+ENVIRONMENT_SEPARATOR = "."
 
 
 @dataclass(frozen=True)
@@ -64,19 +71,30 @@ def needs_of(version):
     return Needs(gpus, memory_tier(memory))
 
 
-def queue_name(needs):
-    if not needs.gpus:
-        return "cpu"
-    return f"gpu{needs.gpus}" + (f"-{needs.gpu_memory_gb}gb" if needs.gpu_memory_gb else "")
+def queue_name(needs, environment=None):
+    """The queue of ``needs``, in ``environment`` (a PythonEnvironment; None or the default one: the plain name)."""
+    name = "cpu"
+    if needs.gpus:
+        name = f"gpu{needs.gpus}" + (f"-{needs.gpu_memory_gb}gb" if needs.gpu_memory_gb else "")
+    return in_environment(name, environment.name if environment and not environment.is_default else "")
 
 
-def queue_for(version):
-    return queue_name(needs_of(version))
+def in_environment(queue, environment_name):
+    return f"{queue}{ENVIRONMENT_SEPARATOR}{environment_name}" if environment_name else queue
+
+
+def queue_for(version, environment=None):
+    return queue_name(needs_of(version), environment)
+
+
+def environment_of_queue(queue):
+    """The name of the environment a queue is for; '' for the default one."""
+    return queue.partition(ENVIRONMENT_SEPARATOR)[2]
 
 
 def needs_of_queue(queue):
     """The needs a queue name stands for (``gpu`` is the one-GPU queue of earlier releases)."""
-    match = QUEUE_PATTERN.match(queue)
+    match = QUEUE_PATTERN.match(queue.partition(ENVIRONMENT_SEPARATOR)[0])
     if not match:
         return Needs()
     return Needs(int(match["gpus"] or 1), int(match["memory"] or 0))
@@ -97,22 +115,46 @@ def queues_for_worker(capabilities, cpu=True):
     return queues
 
 
+def queues_in_environments(queues, environment_names):
+    """``queues`` (a worker's, in the default environment), then each of them in each environment it built."""
+    plain = [queue for queue in queues if queue == "cpu" or QUEUE_PATTERN.match(queue)]
+    return list(dict.fromkeys([*queues, *(in_environment(queue, name) for name in environment_names
+                                          for queue in plain)]))
+
+
 def describe_worker(worker):
-    """``b (2× NVIDIA A100-SXM4-40GB, 40 GB)`` or ``a (cpu)``: what a worker offers, for a person."""
+    """``b (2× NVIDIA A100-SXM4-40GB, 40 GB)`` or ``a (cpu)``: what a worker offers, for a person, with the
+    environments it serves besides the default one (``a (cpu; environments py3.11-torch2.11.0)``)."""
     gpus = worker.capabilities.get("gpus") or []
+    environments = sorted({environment_of_queue(queue) for queue in worker.queues} - {""})
+    served = f"; environments {', '.join(environments)}" if environments else ""
     if not gpus:
-        return f"{worker.hostname} (cpu)"
+        return f"{worker.hostname} (cpu{served})"
     models = {}
     for gpu in gpus:
         models.setdefault((gpu["name"], round(gpu["memory_mb"] / 1024)), []).append(gpu)
     offered = ", ".join(f"{len(same)}× {name} {memory} GB" for (name, memory), same in models.items())
-    return f"{worker.hostname} ({offered})"
+    return f"{worker.hostname} ({offered}{served})"
 
 
 def unservable_reason(queue, workers, window_minutes):
     seen = "; ".join(describe_worker(worker) for worker in workers) or "none"
-    return (f"No worker can serve this run: it needs {needs_of_queue(queue)} (queue {queue}); "
+    environment = environment_of_queue(queue)
+    where = f" in the environment {environment}" if environment else ""
+    return (f"No worker can serve this run: it needs {needs_of_queue(queue)}{where} (queue {queue}); "
             f"workers seen in the last {window_minutes:g} min: {seen}.")
+
+
+def environment_not_built(name):
+    """A worker took a run of an environment it has not built (its folder is gone, or it was routed by hand)."""
+    return (f"This worker cannot serve the run: the environment {name} is not built here (manage.py "
+            "build_environment, or SILENTBENCH_WORKER_ENVIRONMENTS, on the workers that consume its queues).")
+
+
+def environment_lacks_packages(detector, environment, missing):
+    """The run's detector needs packages its environment does not have (TrainCheck's, in another torch release)."""
+    return (f"This worker cannot serve the run: the detector {detector} needs {', '.join(missing)}, which the "
+            f"environment {environment} does not have; run it in the default environment, or build one with them.")
 
 
 def wrong_worker_reason(needs, gpus):

@@ -59,6 +59,10 @@ class Limits:
     teardown_grace_seconds: float = 10.0  # after the oracle record, how long its processes may take to end
     report_cap_bytes: int = 16 * 1024 * 1024
     warm_start: bool = True  # a detector's own phases (TrainCheck's) may fork from a zygote (sealed runs only)
+    # Added to ``memory_mb`` in the per-process address-space limit (RLIMIT_AS) only: what the libraries of
+    # another Python environment map beyond the default one's (a CUDA build of torch maps 2.3 to 3.7 GB more on import:
+    # runners.environments). The watch of the run's real memory stays at ``memory_mb``.
+    address_space_extra_mb: int = 0
 
 
 @dataclass
@@ -398,7 +402,7 @@ def set_rlimits(memory_mb, file_size_mb, max_processes):
 def _apply_limits(limits, writable, parent_pid):
     """The child's set-up between fork and exec (after Popen switched to the sandbox's user)."""
     def preexec():
-        set_rlimits(limits.memory_mb, limits.file_size_mb, limits.max_processes)
+        set_rlimits(limits.memory_mb + limits.address_space_extra_mb, limits.file_size_mb, limits.max_processes)
         # Die with the thread that started us (a worker killed -9). Set after the change of user, which
         # clears it; and if that parent is already gone, die now.
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -444,18 +448,20 @@ def _kill_group(process):
 
 
 def run_sandboxed(argv, workdir, env, limits, *, warm=False, preload="torch", report_path=None, alarm_key="",
-                  devices=()):
+                  devices=(), python=None):
     """Run ``argv`` in ``workdir`` with exactly ``env``; never raises for the program's misbehaviour.
 
     ``warm``: ``argv`` is ``[python, script, *args]`` and the script runs in a child of the zygote that
     has already imported ``preload`` (runners.zygote.PRELOADS). ``report_path``: where the program writes
     its report (a path in ``workdir``); what it wrote comes back as ``SandboxResult.report_text``.
     ``alarm_key``: handed to a warm run's probe in memory. ``devices``: device nodes it may use (leased GPUs).
+    ``python``: the interpreter of another Python environment (runners.environments) the program runs on,
+    readable in the sandbox and warm from a zygote of its own; None for this process's own.
     """
     layers = isolation_layers()
     if layers["namespaces"]:
         return _run_isolated(Path(workdir), argv, env, limits, warm, preload, report_path, alarm_key, devices,
-                             layers)
+                             layers, python)
     reason = isolation_unavailable(layers["error"])
     if not limits.allow_unisolated:
         return SandboxResult(exit_code=None, wall_seconds=0.0, stdout="", stderr="", output_truncated=False,
@@ -612,7 +618,7 @@ REPORT_FLOOD_FACTOR = 4  # a report this many times its cap is a flood: the run 
 KILLED_RUN_GRACE_SECONDS = 60  # how long a killed run may take to report its end (its copy-out included)
 
 
-def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key, devices, layers):
+def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key, devices, layers, python=None):
     """A sealed run of ``argv`` in ``cwd``; its directory (what it may write, copied in and out) is its home,
     ``env["HOME"]``, which holds ``cwd`` (TrainCheck's fit runs each reference program in a folder of it)."""
     from .isolation import SandboxSpec
@@ -625,8 +631,9 @@ def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key,
     spec = SandboxSpec(
         workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env),
         warm=warm,
-        memory_mb=limits.memory_mb, file_size_mb=limits.file_size_mb, max_processes=limits.max_processes,
-        disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb, read_only=interpreter_paths(),
+        memory_mb=limits.memory_mb + limits.address_space_extra_mb, file_size_mb=limits.file_size_mb,
+        max_processes=limits.max_processes, disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb,
+        read_only=interpreter_paths(python),
         devices=list(devices),
         alarm_key=alarm_key, host_uid=account.pw_uid if account else None,
         host_gid=account.pw_gid if account else None,
@@ -649,7 +656,7 @@ def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key,
         stderr_read, stderr_write = os.pipe()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            ZygoteClient.shared(preload).launch(spec, [theirs.fileno(), stdout_write, stderr_write])
+            ZygoteClient.shared(preload, python).launch(spec, [theirs.fileno(), stdout_write, stderr_write])
         finally:
             for fd in (theirs.detach(), stdout_write, stderr_write):
                 os.close(fd)
@@ -819,8 +826,26 @@ def namespace_members(pid_namespace):
     return members
 
 
-def interpreter_paths():
+def interpreter_paths(python=None):
     """What a sealed program may read besides the system's /usr: the interpreter, its environment (the
-    packages) and this package (the probe, the detectors)."""
+    packages) and this package (the probe, the detectors). ``python``: another virtual environment's
+    interpreter (``<env>/bin/python``), whose environment and base interpreter (its ``pyvenv.cfg``'s
+    ``home``) are added; bound at their own paths, so what lies above them (``/root``) stays closed."""
     here = Path(__file__).resolve().parent
-    return sorted({sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix), str(here)})
+    paths = {sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix), str(here)}
+    if python is not None:
+        prefix = Path(python).parent.parent
+        paths |= {str(prefix), os.path.realpath(prefix)}
+        home = _venv_home(prefix)
+        if home:
+            paths.add(str(Path(home).parent))
+    return sorted(paths)
+
+
+def _venv_home(prefix):
+    """The ``home`` of a virtual environment's ``pyvenv.cfg``: the bin folder of the interpreter it was made from."""
+    try:
+        lines = Path(prefix, "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ""
+    return next((line.partition("=")[2].strip() for line in lines if line.partition("=")[0].strip() == "home"), "")

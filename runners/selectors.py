@@ -7,7 +7,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from bugs.models import BugStatus, ReproducerVersion
-from bugs.selectors import hidden_versions
+from bugs.selectors import held_out_bug_ids, hidden_versions, sees_held_out
 from core.caching import per_request
 
 from .models import Alarm, Campaign, CampaignPurpose, Run, Worker
@@ -62,8 +62,44 @@ def visible_alarms(user):
     return alarms if hidden is None else alarms.exclude(run__reproducer_version__in=hidden)
 
 
+def counted_runs(user, runs=None):
+    """The runs (of ``runs``, default all) whose results count in the aggregate tables ``user`` sees: the visible
+    ones and those of held-out bugs, which a false-positive rate or a held-out score counts while their rows stay
+    hidden (evaluation.results); never a run of unreviewed code."""
+    runs = Run.objects.all() if runs is None else runs
+    hidden = _hidden_versions_that_ran(user)
+    return runs if hidden is None else runs.exclude(reproducer_version__in=_unreviewed(hidden))
+
+
+def _unreviewed(hidden):
+    """Of the hidden versions that ran, those hidden because their code is unreviewed, not because their bug is
+    held out."""
+    return hidden.exclude(reproducer__bug__held_out=True)
+
+
 def visible_campaigns(user):
-    """The campaigns all of whose runs ``user`` may see (a campaign's name and counts speak of every run)."""
+    """The campaigns ``user`` may see: all of whose runs ran code that ``user`` may see (a campaign's name and
+    counts speak of every run), except runs of held-out bugs, which their tables leave out (runners.views); but not
+    a campaign that ran only held-out bugs (a verification of one), whose counts and tables would be that bug's."""
     hidden = _hidden_versions_that_ran(user)
     campaigns = Campaign.objects.all()
-    return campaigns if hidden is None else campaigns.exclude(runs__reproducer_version__in=hidden)
+    if hidden is None:
+        return campaigns
+    # from the few runs of held-out bugs (the runs' index by version) to their campaigns, then one run of another bug
+    # in each: no scan of a campaign that never ran a held-out bug
+    held_out = "reproducer_version__reproducer__bug__held_out"
+    other = Run.objects.filter(campaign=OuterRef("pk")).exclude(**{held_out: True})
+    only_held_out = Campaign.objects.filter(pk__in=Run.objects.filter(**{held_out: True}).values("campaign")).exclude(
+        Exists(other))
+    return campaigns.exclude(runs__reproducer_version__in=_unreviewed(hidden)).exclude(pk__in=only_held_out)
+
+
+def shown_parameters(campaign, user):
+    """What ``user`` may read of a campaign's recorded plan (``CampaignPlan.parameters``): without the reproducers
+    of held-out bugs (each recorded as "BUG-ID/name @ hash"), unless a maintainer."""
+    parameters = campaign.parameters
+    if sees_held_out(user) or not parameters.get("reproducers"):
+        return parameters
+    held_out = held_out_bug_ids()
+    return {**parameters, "reproducers": [name for name in parameters["reproducers"]
+                                          if name.split("/", 1)[0] not in held_out]}

@@ -19,13 +19,21 @@ from .actions import (
     do_register_worker,
     retry_while_database_away,
 )
-from .detectors import get_plugin
 from .environment import host_capabilities
+from .environments import EnvironmentBuildError, build_environment, do_advertise_environments
 from .execution import execute
 from .failures import fit_failed, internal_error, unapproved
 from .fitting import FitError, ensure_fit
-from .models import Run, RunFailureKind
-from .routing import DevicesBusy, NotEnoughDevices, devices_for_run, queues_for_worker
+from .models import PythonEnvironment, Run, RunFailureKind
+from .registry import plugin_for
+from .routing import (
+    DevicesBusy,
+    NotEnoughDevices,
+    devices_for_run,
+    environment_of_queue,
+    queues_for_worker,
+    queues_in_environments,
+)
 from .sandbox import Limits, describe_confinement
 
 logger = logging.getLogger(__name__)
@@ -65,7 +73,7 @@ def _execute_claimed(run, devices):
         do_fail_run_without_executing(run, unapproved(), RunFailureKind.UNAPPROVED)
         return
     try:
-        if get_plugin(run.detector.name).needs_fit:
+        if plugin_for(run.detector).needs_fit:
             do_attach_fit(run, ensure_fit(run.detector, run.reproducer_version))
     except FitError as error:
         do_fail_run_without_executing(run, fit_failed(error), RunFailureKind.FIT_FAILED)
@@ -102,20 +110,42 @@ AUTO_QUEUES = {"auto": True, "auto-gpu": False}  # -Q value: with the cpu queue 
 def consume_auto_queues(instance):
     """``celery worker -Q auto`` (or ``auto-gpu``, which leaves CPU runs to others): consume every queue
     this host's capabilities can serve (runners.routing). Called from benchmark_site/celery.py, as the
-    worker sets up, before it consumes anything. Other names given with it (``-Q auto-gpu,x``) stay."""
+    worker sets up, before it consumes anything. Other names given with it (``-Q auto-gpu,x``) stay. Then, with
+    any ``-Q``, the Python environments it serves are built and their queues added (consume_environment_queues)."""
     queues = instance.app.amqp.queues
     auto = [name for name in AUTO_QUEUES if name in (queues.consume_from or {})]
     if auto:
         named = [name for name in queues.consume_from if name not in AUTO_QUEUES]
         cpu = any(AUTO_QUEUES[name] for name in auto)
         queues.select(list(dict.fromkeys(queues_for_worker(host_capabilities(), cpu=cpu) + named)))
+    consume_environment_queues(queues)
+
+
+def consume_environment_queues(queues):
+    """Build the environments this worker serves (SILENTBENCH_WORKER_ENVIRONMENTS; cached per machine, so only a
+    worker's first start pays for it) and consume each of its cpu and GPU queues in each of them too. One that
+    fails to build is left out, with the reason in the log: its runs wait for a worker that has it."""
+    names = []
+    for requirements in settings.SILENTBENCH_WORKER_ENVIRONMENTS:
+        started = time.monotonic()
+        try:
+            names.append(build_environment(requirements).name)
+        except (EnvironmentBuildError, ValueError):
+            logger.exception("the environment %s was not built; this worker does not serve it", requirements)
+            continue
+        logger.info("environment %s ready in %.1f s", names[-1], time.monotonic() - started)
+    if names and queues.consume_from:
+        queues.select(queues_in_environments(list(queues.consume_from), names))
 
 
 @worker_ready.connect
 def register_worker_on_start(sender, **kwargs):
-    """Record the queues this worker consumes and what its host offers (GPUs, memory, CUDA, torch)."""
+    """Record the queues this worker consumes, what its host offers (GPUs, memory, CUDA, torch) and the Python
+    environments it serves besides the default one."""
     queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
     worker = do_register_worker(sender.hostname, queues, sender.controller.concurrency)
+    served = {environment_of_queue(queue) for queue in queues} - {""}
+    worker = do_advertise_environments(worker, PythonEnvironment.objects.filter(name__in=served))
     logger.info("registered %s: queues %s, %d GPU(s)", worker.hostname, ", ".join(queues), worker.gpu_count)
 
 

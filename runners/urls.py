@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import detector_views, views
 
 app_name = "runners"
 urlpatterns = [
@@ -11,4 +11,8 @@ urlpatterns = [
     path("campaigns/<int:pk>/live/", views.campaign_live, name="campaign_live"),
     path("campaigns/<int:pk>/cancel/", views.campaign_cancel, name="campaign_cancel"),
     path("campaigns/<int:pk>/retry/", views.campaign_retry, name="campaign_retry"),
+    path("detectors/submit/", detector_views.submit_detector, name="submit_detector"),
+    path("detectors/mine/", detector_views.my_detectors, name="my_detectors"),
+    path("detectors/review/", detector_views.detector_review_queue, name="detector_review_queue"),
+    path("detectors/review/<int:pk>/", detector_views.review_detector, name="review_detector"),
 ]

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
+from bugs.selectors import held_out_view
 from core.caching import cached, digest, kept_for_rows
 
 from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
@@ -43,7 +44,8 @@ from .selectors import live_workers, visible_campaigns, visible_runs
 def run_detail(request, pk):
     run = get_object_or_404(
         visible_runs(request.user).select_related("reproducer_version__reproducer__bug", "detector", "environment",
-                                                  "worker", "campaign", "fit_artifact").defer("fit_artifact__content"),
+                                                  "worker", "campaign", "fit_artifact", "python_environment")
+        .defer("fit_artifact__content"),
         pk=pk)
     counterpart = (Run.objects.filter(
         reproducer_version=run.reproducer_version, detector=run.detector, seed=run.seed, steps=run.steps,
@@ -102,8 +104,9 @@ def campaign_context(request, campaign):
                "failure_kinds": breakdown(failure_kinds),
                "live": campaign.state == CampaignState.RUNNING and progress["done"] < progress["total"]}
     may_queue = request.user.has_perm(TRIGGER_PERMISSION)
+    part = f"runs-part:{may_queue}:{held_out_view(request.user)}:{digest(request.GET.urlencode())}"
     context["runs_part"] = cached(
-        completed_key(campaign, f"runs-part:{may_queue}:{digest(request.GET.urlencode())}"),
+        completed_key(campaign, part),
         lambda: render_to_string("runners/campaign_runs.html", {
             **context, **page_of_runs(request, campaign, status, kind), "request": request}))
     return context
@@ -111,18 +114,20 @@ def campaign_context(request, campaign):
 
 def page_of_runs(request, campaign, status, kind):
     """The page of the campaign's runs that ``request`` asks for, of this status and failure kind, as a table, and
-    the first 20 failures."""
-    runs = runs_for_listing(campaign.runs.order_by("id"))
+    the first 20 failures: of the runs the reader may see (not those of held-out bugs, unless a maintainer)."""
+    shown = visible_runs(request.user, campaign.runs.all())
+    runs = runs_for_listing(shown.order_by("id"))
     if status:
         runs = runs.filter(status=status)
     if kind:
         runs = runs.filter(failure_kind=kind)
     paginator = Paginator(runs, 100)
-    paginator.count = cached(completed_key(campaign, f"runs:{status}:{kind}"), runs.count)
+    paginator.count = cached(completed_key(campaign, f"runs:{status}:{kind}:{held_out_view(request.user)}"),
+                             runs.count)
     page = paginator.get_page(request.GET.get("page"))
     return {"page_obj": page,
             "runs_html": run_rows(page.object_list, request.user, show_bug=True, status=status, kind=kind),
-            "failures": runs_for_listing(campaign.runs.filter(status=RunStatus.FAILED).order_by("id"))[:20]}
+            "failures": runs_for_listing(shown.filter(status=RunStatus.FAILED).order_by("id"))[:20]}
 
 
 def campaign_detail(request, pk):

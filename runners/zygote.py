@@ -13,6 +13,10 @@ instrumented as the program's instrumented copy would instrument it (a zygote of
 a preload with an argument is a ``(name, argument)`` pair, one zygote per distinct argument).
 ``torch.multiprocessing.spawn`` forks its ranks from the same warm state instead of starting a new
 interpreter for each.
+
+A run in another Python environment (runners.environments: another torch release) forks from a zygote of that
+environment's interpreter, started the same way (``python -m runners.zygote`` in the repository, whose
+modules it imports are pure Python); ``PRELOAD_PACKAGES`` says what each preload needs the environment to have.
 """
 import atexit
 import builtins
@@ -35,6 +39,7 @@ from .isolation import SandboxSpec, launch
 
 REQUEST_BYTES = 1 << 20
 MAX_ZYGOTES_WITH_ARGUMENT = 2  # per process: instrumented zygotes are keyed by the fit; older ones are closed
+MAX_ENVIRONMENT_ZYGOTES = 2  # per process: zygotes of other environments' interpreters; older ones are closed
 READY = b"ready"
 START_TIMEOUT_SECONDS = 300
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -54,29 +59,34 @@ class ZygoteClient:
     _lock = threading.Lock()
 
     @classmethod
-    def shared(cls, preload="torch"):
-        """The zygote of ``preload``: a name of ``PRELOADS``, or a ``(name, argument)`` pair."""
+    def shared(cls, preload="torch", python=None):
+        """The zygote of ``preload`` (a name of ``PRELOADS``, or a ``(name, argument)`` pair) on the interpreter
+        ``python`` (None: this process's own; else another environment's)."""
+        key = (preload, str(python) if python else None)
         with cls._lock:
-            client = cls._shared.get(preload)
+            client = cls._shared.get(key)
             if client is None or not client.alive():
-                if isinstance(preload, tuple):
-                    cls._close_oldest_with_argument()
-                client = cls._shared[preload] = cls(preload)
+                cls._close_oldest([other for other in cls._shared if isinstance(other[0], tuple)],
+                                  MAX_ZYGOTES_WITH_ARGUMENT, isinstance(preload, tuple))
+                cls._close_oldest([other for other in cls._shared if other[1]], MAX_ENVIRONMENT_ZYGOTES, key[1])
+                client = cls._shared[key] = cls(preload, python)
             return client
 
     @classmethod
-    def _close_oldest_with_argument(cls):
-        with_argument = [key for key in cls._shared if isinstance(key, tuple)]  # in the order they started
-        for key in with_argument[:max(0, len(with_argument) - MAX_ZYGOTES_WITH_ARGUMENT + 1)]:
-            cls._shared.pop(key).close()
+    def _close_oldest(cls, keys, keep, adding):
+        """Close the oldest of ``keys`` (in the order they started) so that at most ``keep`` stay with the new one."""
+        if adding:
+            for key in keys[:max(0, len(keys) - keep + 1)]:
+                cls._shared.pop(key).close()
 
-    def __init__(self, preload="torch"):
+    def __init__(self, preload="torch", python=None):
         name, argument = preload if isinstance(preload, tuple) else (preload, None)
         if name not in PRELOADS:
             raise ValueError(f"unknown preload {name!r}: one of {', '.join(PRELOADS)}")
+        python = str(python or sys.executable)
         self.owner = os.getpid()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+        env = {"PATH": os.pathsep.join([str(Path(python).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
         env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
         from .compile_cache import COMPILER_ENV  # here: the zygote process itself never loads Django
@@ -85,7 +95,7 @@ class ZygoteClient:
         env.update(PRELOAD_ENV.get(name, {}))
         self.log = tempfile.TemporaryFile()
         self.argument_file = None
-        command = [sys.executable, "-m", "runners.zygote", str(theirs.fileno()), name]
+        command = [python, "-m", "runners.zygote", str(theirs.fileno()), name]
         if argument is not None:  # in a file: it can be larger than a command line's argument may be
             self.argument_file = tempfile.NamedTemporaryFile("w", prefix="zygote-", suffix=".json")
             self.argument_file.write(argument)
@@ -132,7 +142,10 @@ def preload_torch():
     import argparse  # noqa: F401
     import math  # noqa: F401
 
-    import numpy  # noqa: F401
+    try:
+        import numpy  # noqa: F401
+    except ImportError:  # an environment without it (runners.environments): its runs do without it, warm or cold
+        pass
     import torch
     import torch.distributed  # noqa: F401
     import torch.multiprocessing  # noqa: F401
@@ -215,6 +228,9 @@ _run_start_hooks = []  # what a warm child runs first (the zygote's preload adds
 PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck,
             "traincheck-instrumented": preload_traincheck_instrumented}
 PRELOAD_ENV = {"traincheck": TRAINCHECK_ENV, "traincheck-instrumented": TRAINCHECK_ENV}  # set before the imports
+# The packages each preload imports: a detector's runs need them in whatever environment they run in.
+PRELOAD_PACKAGES = {"torch": ("torch",), "traincheck": ("torch", "traincheck"),
+                    "traincheck-instrumented": ("torch", "traincheck")}
 
 
 def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", rank_hooks=None):

@@ -5,6 +5,7 @@ from html.parser import HTMLParser
 
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import URLPattern, URLResolver
 from rest_framework.test import APIClient
 
 from accounts.actions import do_create_api_token
@@ -34,6 +35,19 @@ def client_for(user=None):
 
 
 # --- Pages ---
+
+def url_names(patterns, namespace=None):
+    """Every URL name the site resolves ("namespace:name"); the admin's as one namespace, "admin:*"."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            inner = pattern.namespace or namespace
+            if inner == "admin":
+                yield "admin:*"
+            else:
+                yield from url_names(pattern.url_patterns, inner)
+        elif isinstance(pattern, URLPattern):
+            yield f"{namespace}:{pattern.name}" if namespace else pattern.name
+
 
 class _Tables(HTMLParser):
     """The cell texts of one table of a page, by id."""

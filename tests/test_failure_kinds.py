@@ -166,7 +166,8 @@ def every_sentence():
     ]
     # Sentences first written after kinds existed: every run stored with one has its kind, the migration never saw it.
     written_with_a_kind = {failures.storing_failed, failures.too_many_records, failures.lost_again,
-                           failures.detector_setup_failed, sandbox.isolation_refused}
+                           failures.detector_setup_failed, sandbox.isolation_refused, routing.environment_not_built,
+                           routing.environment_lacks_packages}
     assert {builder for builder, _ in samples} | written_with_a_kind == set(failures.KIND_OF_BUILDER)  # none forgotten
     return [(RunStatus.CANCELLED if builder is failures.cancelled_before_start else RunStatus.FAILED, builder,
              builder(*arguments)) for builder, arguments in samples]

@@ -68,8 +68,9 @@ def rows_by_detector(page):
 
 
 def hrefs(page, detector):
-    """The links of a detector's row, in column order."""
-    row = re.search(rf"<tr[^>]*><td>[^<]*</td>\s*<td><a [^>]*>{detector}</a>.*?</tr>", page, re.S).group(0)
+    """The links of a detector's row of the selection's ranking (table ``leaderboard``), in column order."""
+    ranking = re.search(r'<table id="leaderboard".*?</table>', page, re.S).group(0)
+    row = re.search(rf"<tr[^>]*><td>[^<]*</td>\s*<td><a [^>]*>{detector}</a>.*?</tr>", ranking, re.S).group(0)
     return [unescape(href) for href in re.findall(r'href="([^"]+)"', row)]
 
 

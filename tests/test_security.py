@@ -211,7 +211,8 @@ def test_submitting_queues_nothing(client, django_capture_on_commit_callbacks):
 # --- the admin ---
 
 ADMIN_ACTIONS = {"delete_selected", "revoke", "cancel", "retry_failed_runs",
-                 "cleanup_expired_attempts"}  # django-axes: forget sign-in failures past their cool-off
+                 "cleanup_expired_attempts",  # django-axes: forget sign-in failures past their cool-off
+                 "hold_out", "publish"}  # the held-out split: do_hold_out_bug / do_publish_bug, maintainers only
 
 
 def test_the_admin_offers_no_action_that_runs_or_approves():
@@ -355,6 +356,7 @@ def csrf_cases(maintainer, contributor):
         ("/submit/", {"bug_id": "TEST-CSRF2", "title": "t"}, contributor),
         ("/bugs/TEST-CSRF/submit/", {"reproducer_name": "cpu"}, contributor),
         (f"/review/{pending.pk}/", {"decision": "reject", "note": "no"}, maintainer),
+        ("/bugs/TEST-CSRF/held-out/", {"held_out": "true"}, maintainer),
         ("/campaigns/new/", {"name": "n", "bugs": ["TEST-CSRF"], "detectors": ["plain"], "variants": ["buggy"],
                              "seeds": "0", "preview": "1"}, maintainer),
         (f"/campaigns/{campaign.pk}/cancel/", {}, maintainer),

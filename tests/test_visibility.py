@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 
 import pytest
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import get_resolver, reverse
 
 from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
+from evaluation.models import Bisection
 from runners.models import Campaign, Run
 
 from .factories import (
@@ -30,6 +31,7 @@ from .factories import (
     RunFactory,
     UserFactory,
 )
+from .helpers import url_names
 
 pytestmark = pytest.mark.django_db
 
@@ -87,6 +89,8 @@ def build_world():
         "hidden_alarm": AlarmFactory(run=hidden_run, message=SECRET).pk,
         "public_campaign": public_campaign.pk, "hidden_campaign": hidden_campaign.pk,
         "token": do_create_api_token("laptop", acting_user=submitter)[0].pk,
+        "hidden_bisection": Bisection.objects.create(bug=hidden_bug, reproducer_version=unreviewed, good="2.9.0",
+                                                     bad="2.13.0", seeds=[0]).pk,
     }
     world.markers = [SECRET, HIDDEN_BUG] + [v.short_hash for v in (pending, rejected, new_reproducer, unreviewed)]
     return world
@@ -133,6 +137,7 @@ CASES = [
     Case("bugs:resubmit", {"bug_id": "public_bug"}, expect(302, 200, 403, 200)),
     Case("bugs:resubmit", {"bug_id": "hidden_bug"}, expect(302, 200, 404, 200)),
     Case("bugs:resubmit", {"bug_id": "hidden_bug"}, expect(302, 200, 404, 200), method="post"),
+    Case("bugs:held_out", {"bug_id": "public_bug"}, expect(403, 403, 403, 400), method="post"),
     Case("bugs:submit", {}, SIGNED_IN),
     Case("bugs:submit", {}, SIGNED_IN, method="post"),
     Case("bugs:my_submissions", {}, SIGNED_IN),
@@ -174,6 +179,11 @@ CASES = [
     Case("evaluation:compare", {}, PUBLIC, query="a=campaign:{public_campaign}&b=campaign:{hidden_campaign}"),
     Case("evaluation:compare-export", {"fmt": "csv"}, expect(400, 400, 400, 200),
          query="a=campaign:{public_campaign}&b=campaign:{hidden_campaign}"),
+    Case("evaluation:versions", {}, PUBLIC),
+    Case("evaluation:versions-export", {"fmt": "csv"}, expect(404, 404, 404, 404)),  # no version-matrix campaign
+    Case("evaluation:bisections", {}, PUBLIC),
+    Case("evaluation:bisection", {"pk": "hidden_bisection"}, HIDDEN),
+    Case("evaluation:bisection-start", {}, expect(403, 403, 403, 400), method="post", data={"bug": HIDDEN_BUG}),
     # --- the API ---
     Case("api-root", {}, PUBLIC),
     Case("bug-list", {}, PUBLIC),
@@ -236,19 +246,6 @@ CASES = [
 ]
 # Not about the catalog, and served the same to everyone.
 NOT_ABOUT_THE_CATALOG = {"healthz": "liveness probe", "healthz-ready": "readiness probe (database and broker)"}
-
-
-def url_names(patterns, namespace=None):
-    """Every URL name the site resolves ("namespace:name"); the admin's as one namespace, "admin:*"."""
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            inner = pattern.namespace or namespace
-            if inner == "admin":
-                yield "admin:*"
-            else:
-                yield from url_names(pattern.url_patterns, inner)
-        elif isinstance(pattern, URLPattern):
-            yield f"{namespace}:{pattern.name}" if namespace else pattern.name
 
 
 def test_every_endpoint_is_classified():

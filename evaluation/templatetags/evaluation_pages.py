@@ -4,11 +4,13 @@ runners, must not import evaluation: the apps depend one way), and the methodolo
 from django import template
 
 from core.markdown import markdown_inline_html
+from core.roles import TRIGGER_PERMISSION
 
 from ..leaderboard import BASELINE, build_leaderboard
 from ..methodology import to_html
 from ..results import cached_for, latest_evaluation, results_viewer
 from ..verdicts import bug_detections, caught_by_in, headline_of, stored_bug_ids, table_verdicts
+from ..versions import bug_version_rows
 
 register = template.Library()
 
@@ -61,3 +63,12 @@ def attach_caught_by(context, bugs):
         for bug in bugs:
             bug.caught_by = caught.get(bug.bug_id)
     return evaluation
+
+
+@register.inclusion_tag("evaluation/versions_bug.html", takes_context=True)
+def versions_of(context, bug):
+    """``bug``'s rows of the newest version matrix the reader may see, its latest bisections, and for maintainers
+    the way to start one (evaluation.versions, evaluation.bisections)."""
+    user = context["request"].user
+    return {"bug": bug, "versions": bug_version_rows(bug, user), "bisections": bug.bisections.all()[:5],
+            "can_bisect": user.has_perm(TRIGGER_PERMISSION)}

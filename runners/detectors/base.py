@@ -1,7 +1,9 @@
 """What a detector plugin is, and the probe that runs it inside a reproducer process."""
 import hmac
+import importlib.util
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,12 @@ INTEGRATIONS = {
     OPT_IN: "needs the program to cooperate, such as computing a reference itself and reporting it (compare records)",
 }
 ALARM_KEY_ENV = "SILENTBENCH_ALARM_KEY"  # the run's alarm key (hex), for the probe of an instrumented run
+# A submitted detector's module, written into the run directory from its stored source (runners.execution) and
+# imported only there, inside the sandbox: the path is in this variable, the file has this name.
+DETECTOR_MODULE_ENV = "SILENTBENCH_DETECTOR_MODULE"
+DETECTOR_MODULE_FILE = ".silentbench-detector.py"
+SUBMITTED_MODULE = "runners.detectors.submitted"  # the name it is imported under (relative imports work)
+_importing_submitted = False  # while a submitted module is imported, ``register`` leaves the registry alone
 
 
 def alarm_mac(key, record):
@@ -27,6 +35,8 @@ def alarm_mac(key, record):
 def register(cls):
     """Class decorator: add a detector plugin to the registry under ``cls.name``; its module must say whether it
     is drop-in or opt-in (``integration``)."""
+    if _importing_submitted:  # a submitted module: load_submitted_plugin takes its class, the registry never holds it
+        return cls
     if cls.name in registered_plugins:
         raise ValueError(f"two detectors are named {cls.name!r}")
     if cls.integration not in INTEGRATIONS:
@@ -184,6 +194,27 @@ class Probe:
         self.step = max(self.step, count)
 
 
+def load_submitted_plugin(path):
+    """An instance of the one DetectorPlugin subclass that the module at ``path`` (a submitted detector's stored
+    source) defines. Called only inside a run's sandbox: the probe of an instrumented run, and the sandboxed
+    process of its offline analysis or fit (runners.detector_host). Its ``@register`` does not touch the
+    built-in registry, so a submitted version may share a name with what is registered."""
+    global _importing_submitted
+    spec = importlib.util.spec_from_file_location(SUBMITTED_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[SUBMITTED_MODULE] = module
+    _importing_submitted = True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        _importing_submitted = False
+    classes = [value for value in vars(module).values() if isinstance(value, type)
+               and issubclass(value, DetectorPlugin) and value.__module__ == SUBMITTED_MODULE]
+    if len(classes) != 1:
+        raise RuntimeError(f"the detector module defines {len(classes)} DetectorPlugin subclasses, not one")
+    return classes[0]()
+
+
 def start_probe(alarm_key=None):
     """Entry point of the sandbox's ``sitecustomize``: install the detector named in the environment.
 
@@ -197,7 +228,8 @@ def start_probe(alarm_key=None):
 
     inherited = os.environ.pop(ALARM_KEY_ENV, None)
     alarm_key = alarm_key or inherited
-    plugin = get_plugin(os.environ["SILENTBENCH_DETECTOR"])
+    module = os.environ.get(DETECTOR_MODULE_ENV)
+    plugin = load_submitted_plugin(module) if module else get_plugin(os.environ["SILENTBENCH_DETECTOR"])
     if not plugin.instruments:
         return None
     if alarm_key:

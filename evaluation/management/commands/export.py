@@ -5,9 +5,11 @@ from django.http import QueryDict
 from bugs.exports import catalog_export_table, catalog_filter
 from bugs.filters import BugFilter
 from core.exports import EXPORT_FORMATS, EmptyTable
+from evaluation.entries import entries_export
 from evaluation.exports import EXPORT_TABLES, InvalidFilter, results_export
 from evaluation.filters import ResultFilterForm
 from evaluation.results import NotFound
+from evaluation.versions import versions_export
 
 
 def filter_fields():
@@ -22,13 +24,15 @@ def filter_fields():
 class Command(BaseCommand):
     help = ("Print a table exactly as the web download gives it for the same query: the results tables "
             "(/results/TABLE.FORMAT, filtered like the results page: the long-form tables, the bug x detector "
-            "matrix and the leaderboard, which takes only --evaluation or --campaign) or the catalog "
-            "(/catalog.FORMAT, filtered like the catalog page). Options are the query string's fields, e.g. "
+            "matrix and the leaderboard, which takes only --evaluation or --campaign), the version matrix "
+            "(/results/versions.FORMAT: bug x torch release, of the newest version-matrix campaign or --campaign), "
+            "the open leaderboard of detector versions (/leaderboard/entries.FORMAT: entries, no option) or the "
+            "catalog (/catalog.FORMAT, filtered like the catalog page). Options are the query string's fields, e.g. "
             "--detector nan_inf --detector traincheck --framework pytorch; a multiple-choice option may also take "
             "comma-separated values. A table without rows is an error in LaTeX.")
 
     def add_arguments(self, parser):
-        parser.add_argument("table", choices=["catalog", *EXPORT_TABLES])
+        parser.add_argument("table", choices=["catalog", *EXPORT_TABLES, "versions", "entries"])
         parser.add_argument("--format", choices=list(EXPORT_FORMATS), default="csv")
         parser.add_argument("--evaluation", type=int, help="stored tables of this evaluation (default: the latest)")
         parser.add_argument("--campaign", type=int, help="live tables over the runs of this campaign")
@@ -55,6 +59,18 @@ class Command(BaseCommand):
             if not bugs.is_valid():
                 raise CommandError(f"Invalid filter: {bugs.errors.as_text()}")
             export = catalog_export_table(bugs.qs)
+        elif table == "entries":
+            if query:
+                raise CommandError(f"The open leaderboard takes only --format, not {', '.join(sorted(query))}.")
+            export = entries_export()
+        elif table == "versions":
+            filters = sorted(name for name in query if name != "campaign")
+            if filters:
+                raise CommandError(f"The version matrix takes only --campaign, not {', '.join(filters)}.")
+            try:
+                export = versions_export(query)
+            except NotFound as error:
+                raise CommandError(str(error)) from error
         else:
             try:
                 export = results_export(table, query)

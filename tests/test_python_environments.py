@@ -1,0 +1,338 @@
+"""Python environments (runners.environments): routing by environment, plans across environments, and, with a
+real environment built by uv (torch 2.11.0 from the package index), a real reproducer run through the real
+executor and sandbox on that interpreter, warm and cold.
+
+The suite builds one environment at most, in the run-once pass, under a folder that outlives the test run
+(``TEST_ENVIRONMENTS``): the first build on a machine takes about 20 s with a warm uv cache (minutes without),
+later ones find it built."""
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.management import call_command
+from django.utils import timezone
+
+from benchmark_site import settings as site_settings
+from benchmark_site.celery import app
+from bugs.catalog import do_load_catalog
+from evaluation.compare import side
+from runners.actions import current_environment, do_create_campaign, do_flag_unservable_runs
+from runners.environments import (
+    BUILT_MARKER,
+    build_environment,
+    default_environment,
+    do_advertise_environments,
+    environment_name,
+    environment_python,
+    facts_in,
+    parse_requirements,
+)
+from runners.execution import execute
+from runners.local_worker import log_tail, start_worker, stop_process
+from runners.models import Campaign, EnvironmentBuild, PythonEnvironment, Run, RunFailureKind, RunStatus, Worker
+from runners.plans import CampaignPlan
+from runners.progress import wait_for_campaign
+from runners.registry import detector_record
+from runners.routing import (
+    Needs,
+    describe_worker,
+    environment_of_queue,
+    needs_of_queue,
+    queue_for,
+    queues_in_environments,
+)
+from runners.selectors import runnable_versions
+from runners.tasks import consume_environment_queues, execute_run
+
+from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+RELEASE = "2.11.0"
+TEST_ENVIRONMENTS = Path.home() / ".cache" / "silentbench-test-environments"
+
+
+def environment(name="py3.11-torch2.11.0", torch="2.11.0", **resolved):
+    """A record of an environment that is not built (routing and plans need none)."""
+    return PythonEnvironment.objects.create(name=name, requirements=[f"torch=={torch}"], python="3.11.7", torch=torch,
+                                            resolved={"torch": torch, **resolved})
+
+
+def version_needing(packages, **needs):
+    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3,
+                "needs": {"time_limit_seconds": 20, "memory_mb": 1024, "packages": packages, **needs}}
+    return ReproducerVersionFactory(manifest=manifest)
+
+
+# --- Names, requirements, settings ----------------------------------------------------------------------------
+
+def test_an_environment_is_named_by_what_it_resolved_to():
+    assert environment_name("3.11.7", ["torch"], {"torch": "2.11.0"}) == "py3.11-torch2.11.0"
+    assert environment_name("3.11.7", ["torch"], {"torch": "2.11.0+cu128"}) == "py3.11-torch2.11.0_cu128"
+    assert environment_name("3.11.7", ["Torch", "NumPy"], {"torch": "2.15.0", "numpy": "2.4.6", "sympy": "1.14"}) \
+        == "py3.11-torch2.15.0-numpy2.4.6"
+
+
+def test_requirements_must_be_pip_requirements_and_pin_torch():
+    assert parse_requirements(["torch==2.11.0", " numpy ", "torch==2.11.0"]) == ["torch==2.11.0", "numpy"]
+    with pytest.raises(ValueError, match="needs a torch requirement"):
+        parse_requirements(["numpy==2.4.6"])
+    with pytest.raises(ValueError, match="is not a pip requirement"):
+        parse_requirements(["torch=2.11"])
+
+
+def test_the_worker_environments_setting_is_parsed_strictly(monkeypatch):
+    variable = "SILENTBENCH_WORKER_ENVIRONMENTS"
+    monkeypatch.setenv(variable, "torch==2.11.0; torch==2.15.0, numpy==2.4.6;")
+    assert site_settings.env_requirement_sets(variable, "") == [["torch==2.11.0"], ["torch==2.15.0", "numpy==2.4.6"]]
+    monkeypatch.setenv(variable, "numpy")
+    with pytest.raises(ImproperlyConfigured, match="pins no torch"):
+        site_settings.env_requirement_sets(variable, "")
+    monkeypatch.setenv(variable, "torch=2.11")
+    with pytest.raises(ImproperlyConfigured, match=variable):
+        site_settings.env_requirement_sets(variable, "")
+    monkeypatch.setenv("SILENTBENCH_UV_CACHE_DIR", "relative/cache")
+    with pytest.raises(ImproperlyConfigured, match="not an absolute path"):
+        site_settings.env_path("SILENTBENCH_UV_CACHE_DIR", "/x")
+    monkeypatch.setenv("SILENTBENCH_UV_CACHE_DIR", "~/uv")
+    assert site_settings.env_path("SILENTBENCH_UV_CACHE_DIR", "/x") == Path.home() / "uv"
+
+
+def test_the_default_environment_is_the_workers_own_interpreter():
+    default = default_environment()
+    assert default.is_default and default_environment() == default
+    assert default.torch.startswith("2.13.0") and default.name == f"py3.11-torch{default.torch}".replace("+", "_")
+    assert environment_python(default) == Path(sys.executable) == environment_python(None)
+
+
+# --- Routing ----------------------------------------------------------------------------------------------------
+
+def test_a_run_in_another_environment_goes_to_a_queue_that_names_it():
+    other = environment()
+    cpu, gpu = version_needing(["torch>=2.0"]), version_needing(["torch>=2.0"], gpus=2, gpu_memory_gb=40)
+    assert (queue_for(cpu), queue_for(cpu, default_environment()), queue_for(cpu, other)) == (
+        "cpu", "cpu", "cpu.py3.11-torch2.11.0")
+    assert queue_for(gpu, other) == "gpu2-40gb.py3.11-torch2.11.0"
+    assert needs_of_queue("gpu2-40gb.py3.11-torch2.11.0") == Needs(2, 40) and needs_of_queue("cpu.x") == Needs()
+    assert (environment_of_queue("gpu1.py3.11-torch2.11.0"), environment_of_queue("gpu1")) == ("py3.11-torch2.11.0",
+                                                                                               "")
+
+
+def test_a_worker_consumes_each_of_its_queues_in_each_environment_it_built():
+    assert queues_in_environments(["cpu", "gpu1", "celery"], ["py3.11-torch2.11.0", "py3.11-torch2.15.0"]) == [
+        "cpu", "gpu1", "celery", "cpu.py3.11-torch2.11.0", "gpu1.py3.11-torch2.11.0", "cpu.py3.11-torch2.15.0",
+        "gpu1.py3.11-torch2.15.0"]
+
+
+def test_a_worker_advertises_its_environments():
+    other = environment()
+    worker = Worker.objects.create(hostname="w@a", queues=["cpu", "cpu.py3.11-torch2.11.0"], last_seen=timezone.now())
+    worker = do_advertise_environments(worker, [other])
+    assert Worker.objects.get(pk=worker.pk).capabilities["environments"] == ["py3.11-torch2.11.0"]
+    assert describe_worker(worker) == "w@a (cpu; environments py3.11-torch2.11.0)"
+
+
+def test_nobody_can_serve_a_run_of_an_environment_no_live_worker_built():
+    other = environment()
+    now = timezone.now()
+    Worker.objects.create(hostname="w@a", queues=["cpu", "cpu.py3.11-torch2.15.0"], last_seen=now)
+    run = RunFactory(queue="cpu.py3.11-torch2.11.0", python_environment=other,
+                     campaign=Campaign.objects.create(name="c"))
+    served = RunFactory(queue="cpu.py3.11-torch2.15.0", campaign=Campaign.objects.create(name="d"))
+    Run.objects.filter(pk__in=[run.pk, served.pk]).update(queued_at=now - timedelta(hours=1))
+    assert do_flag_unservable_runs(now) == [run.pk]
+    run.refresh_from_db()
+    assert (run.status, run.failure_kind) == (RunStatus.FAILED, RunFailureKind.UNSERVABLE)
+    assert run.failure_reason.startswith("No worker can serve this run: it needs no GPU in the environment "
+                                         "py3.11-torch2.11.0 (queue cpu.py3.11-torch2.11.0)")
+    assert "w@a (cpu; environments py3.11-torch2.15.0)" in run.failure_reason
+
+
+# --- Plans across environments -----------------------------------------------------------------------------------
+
+def test_a_campaign_spans_environments_where_its_reproducers_declare_they_apply():
+    old = environment("py3.11-torch2.3.0", "2.3.0")
+    other = environment()
+    recent, anything = version_needing(["torch>=2.4"]), version_needing(["torch>=2.0"])
+    plan = CampaignPlan.build([recent, anything], [detector_record("plain")], variants=["buggy"],
+                              environments=[old, other, default_environment()])
+    cells = {(run.version, run.environment) for run in plan.runs}
+    assert cells == {(anything, old), (recent, other), (anything, other), (recent, default_environment()),
+                     (anything, default_environment())}
+    campaign = do_create_campaign("matrix", plan, enqueue=False, acting_user=None)
+    assert campaign.parameters["environments"] == [old.name, other.name, default_environment().name]
+    assert set(campaign.runs.values_list("reproducer_version", "python_environment__name", "queue")) == {
+        (anything.pk, "py3.11-torch2.3.0", "cpu.py3.11-torch2.3.0"), (recent.pk, other.name, f"cpu.{other.name}"),
+        (anything.pk, other.name, f"cpu.{other.name}"), (recent.pk, default_environment().name, "cpu"),
+        (anything.pk, default_environment().name, "cpu")}
+    assert CampaignPlan.build([recent], [detector_record("plain")]).environments == (default_environment(),)
+
+
+def test_a_plan_whose_environments_none_of_its_reproducers_apply_to_is_refused():
+    with pytest.raises(ValidationError) as refused:
+        CampaignPlan.build([version_needing(["torch>=2.4"])], [detector_record("plain")],
+                           environments=[environment("py3.11-torch2.3.0", "2.3.0")])
+    assert "No chosen reproducer declares packages" in refused.value.message_dict["environments"][0]
+
+
+def test_the_run_and_campaign_pages_name_the_environment(client):
+    other = environment()
+    plan = CampaignPlan.build([version_needing(["torch>=2.0"])], [detector_record("plain")], variants=["buggy"],
+                              environments=[other])
+    campaign = do_create_campaign("on 2.11", plan, enqueue=False, acting_user=None)
+    run = campaign.runs.get()
+    Run.objects.filter(pk=run.pk).update(environment=current_environment(other))
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert '<strong id="python-environment">py3.11-torch2.11.0</strong>' in page
+    assert "<dt>torch</dt><dd>2.11.0</dd>" in page
+    campaign_page = client.get(campaign.get_absolute_url()).content.decode()
+    assert '<span id="campaign-python-environments">Python environments: py3.11-torch2.11.0</span>' in campaign_page
+    plain = RunFactory()
+    assert '<strong id="python-environment">default</strong>' in client.get(plain.get_absolute_url()).content.decode()
+
+
+# --- Refusals before anything runs -----------------------------------------------------------------------------
+
+def test_a_detector_that_needs_a_package_the_environment_lacks_is_refused():
+    run = Run(reproducer_version=version_needing(["torch>=2.0"]), detector=detector_record("traincheck"),
+              variant="buggy", seed=0, steps=3, python_environment=environment())
+    outcome = execute(run)
+    assert (outcome.succeeded, outcome.failure_kind) == (False, RunFailureKind.UNSERVABLE)
+    assert outcome.failure_reason == (
+        "This worker cannot serve the run: the detector traincheck needs traincheck, which the environment "
+        "py3.11-torch2.11.0 does not have; run it in the default environment, or build one with them.")
+
+
+def test_a_run_of_an_environment_not_built_on_this_worker_is_refused(settings, tmp_path):
+    settings.SILENTBENCH_ENVIRONMENTS_DIR = tmp_path
+    run = Run(reproducer_version=version_needing(["torch>=2.0"]), detector=detector_record("plain"),
+              variant="buggy", seed=0, steps=3, python_environment=environment())
+    outcome = execute(run)
+    assert (outcome.succeeded, outcome.failure_kind, outcome.exit_code) == (False, RunFailureKind.UNSERVABLE, None)
+    assert outcome.failure_reason.startswith("This worker cannot serve the run: the environment py3.11-torch2.11.0 "
+                                             "is not built here")
+
+
+def test_the_host_facts_of_a_run_in_an_environment_are_that_interpreters():
+    other = environment(numpy="2.4.6", sympy="1.14.0")
+    facts, default_facts = facts_in(other), facts_in(None)
+    assert facts["packages"] == {"torch": "2.11.0", "numpy": "2.4.6"} and facts["python"] == "3.11.7"
+    assert facts["fingerprint"] != default_facts["fingerprint"] and facts["host"] == default_facts["host"]
+    assert default_facts["packages"]["torch"].startswith("2.13.0")
+
+
+# --- A real environment, a real run ------------------------------------------------------------------------------
+
+TORCH_VERSION = PROGRAM_PREAMBLE + """
+import torch
+print("torch", torch.__version__, "from", torch.__file__)
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+report(event="step", step=0, rank=0, loss=float(torch.ones(2).sum()), time=time.time())
+report(event="oracle", manifested=False, trigger_step=None, summary=torch.__version__)
+"""
+
+
+@pytest.fixture
+def built(settings):
+    """The torch 2.11.0 environment, built (once per machine) under TEST_ENVIRONMENTS."""
+    settings.SILENTBENCH_ENVIRONMENTS_DIR = TEST_ENVIRONMENTS
+    return build_environment([f"torch=={RELEASE}"])
+
+
+@pytest.mark.once
+@pytest.mark.integration
+def test_an_environment_is_built_once_per_machine_and_recorded(built, settings):
+    assert (built.name, built.torch, built.requirements, built.is_default) == (
+        f"py3.11-torch{RELEASE}", RELEASE, [f"torch=={RELEASE}"], False)
+    assert built.resolved["torch"] == RELEASE and "numpy" not in built.resolved  # exactly what uv resolved
+    directory = TEST_ENVIRONMENTS / built.name
+    marker = json.loads((directory / BUILT_MARKER).read_text())
+    [build] = EnvironmentBuild.objects.filter(environment=built)
+    assert build.path == str(directory) and environment_python(built) == directory / "bin" / "python"
+    assert (build.build_seconds, build.size_bytes) == (marker["build_seconds"], marker["size_bytes"])
+    assert build.build_seconds > 1 and build.size_bytes > 2 * 10**9  # torch and CUDA's libraries
+    # Its CUDA build of torch maps far more address space on import than the workers' CPU build: runs get that much
+    # more per-process address space (RLIMIT_AS), or a cold start could not even import torch.
+    assert marker["address_space_extra_mb"] >= 1024 and marker["address_space_extra_mb"] % 64 == 0
+    modified = (directory / BUILT_MARKER).stat().st_mtime_ns
+    assert build_environment([f"torch=={RELEASE}"]) == built  # found built: nothing is built again
+    assert (directory / BUILT_MARKER).stat().st_mtime_ns == modified
+    assert EnvironmentBuild.objects.filter(environment=built).count() == 1
+
+
+@pytest.mark.once
+@pytest.mark.integration
+def test_a_worker_builds_its_environments_as_it_starts_and_consumes_their_queues(built, settings, caplog):
+    settings.SILENTBENCH_WORKER_ENVIRONMENTS = [[f"torch=={RELEASE}"], ["torch==0.0.1"]]  # no such release
+    queues = app.amqp.Queues({})
+    queues.select(["cpu", "gpu1"])
+    consume_environment_queues(queues)
+    assert list(queues.consume_from) == ["cpu", "gpu1", f"cpu.{built.name}", f"gpu1.{built.name}"]
+    assert "the environment ['torch==0.0.1'] was not built; this worker does not serve it" in caplog.text
+
+
+@pytest.mark.once
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_serves_the_environments_it_is_told_to(built, monkeypatch, tmp_path):
+    """A `celery worker` started with SILENTBENCH_WORKER_ENVIRONMENTS finds the environment built (the same folder),
+    consumes its queue, advertises it, and takes a campaign's run in it through the broker."""
+    monkeypatch.setenv("SILENTBENCH_WORKER_ENVIRONMENTS", f"torch=={RELEASE}")
+    monkeypatch.setenv("SILENTBENCH_ENVIRONMENTS_DIR", str(TEST_ENVIRONMENTS))
+    app.control.purge()
+    log = tmp_path / "worker.log"
+    process = start_worker(log, name="environments")
+    try:
+        call_command("load_catalog")
+        [version] = [v for v in runnable_versions(["PT-115607"]) if v.reproducer.name == "cpu"]
+        campaign = do_create_campaign("through the broker", CampaignPlan.build(
+            [version], [detector_record("plain")], variants=["buggy"], environments=[built]), acting_user=None)
+        progress = wait_for_campaign(campaign, lambda line: None, timeout=300)
+        assert progress["done"] == progress["total"] == 1, log_tail(log)
+    finally:
+        stop_process(process)
+    run = campaign.runs.select_related("worker", "environment").get()
+    assert run.status == RunStatus.SUCCEEDED and run.manifested, (run.failure_reason, log_tail(log))
+    assert (run.queue, run.environment.torch) == (f"cpu.{built.name}", RELEASE)
+    assert run.worker.queues == sorted(["cpu", f"cpu.{built.name}"])
+    assert run.worker.capabilities["environments"] == [built.name]
+    assert EnvironmentBuild.objects.get(environment=built).worker == run.worker
+
+
+@pytest.mark.once
+@pytest.mark.integration
+def test_a_real_reproducer_runs_sealed_on_the_environments_torch(built, settings):
+    """PT-115607's reproducer, buggy and fixed, through the task a worker runs (claim, sandbox, result), warm
+    from the environment's own zygote; then a program that prints the torch it imported, warm and cold, with and
+    without a detector's probe."""
+    do_load_catalog(settings.SILENTBENCH_CATALOG_DIR)
+    [version] = [v for v in runnable_versions(["PT-115607"]) if v.reproducer.name == "cpu"]
+    plan = CampaignPlan.build([version], [detector_record("plain")], environments=[built])
+    campaign = do_create_campaign("on 2.11", plan, enqueue=False, acting_user=None)
+    for run in campaign.runs.all():
+        assert run.queue == f"cpu.{built.name}"
+        execute_run.apply(args=[run.pk])
+    runs = {run.variant: run for run in campaign.runs.select_related("environment", "python_environment")}
+    for variant, run in runs.items():
+        assert run.status == RunStatus.SUCCEEDED, (variant, run.failure_reason, run.stderr[-2000:])
+        assert (run.python_environment, run.environment.torch, run.environment.python) == (built, RELEASE, "3.11.7")
+        assert run.execution["start"] == "warm" and run.execution["python_environment"] == built.name
+        assert run.execution["address_space_extra_mb"] >= 1024
+        assert "pid namespace" in run.execution["layers"] and "landlock" in run.execution["layers"]
+    assert (runs["buggy"].manifested, runs["fixed"].manifested) == (True, False)
+    assert side(f"torch:{RELEASE}").runs.filter(pk__in=[run.pk for run in runs.values()]).count() == 2
+
+    printing = ReproducerVersionFactory(files={"repro.py": TORCH_VERSION})
+    # plain, and an in-process detector, whose probe the project's modules install under that interpreter too
+    for warm, detector in ((True, "plain"), (False, "plain"), (True, "nan_inf"), (False, "nan_inf")):
+        settings.SILENTBENCH_WARM_START = warm
+        outcome = execute(Run(reproducer_version=printing, detector=detector_record(detector), variant="fixed",
+                              seed=0, steps=1, python_environment=built))
+        assert outcome.succeeded, (outcome.failure_reason, outcome.stderr[-2000:])
+        imported = outcome.oracle["summary"]  # 2.11.0+cu130: the package index's build is a CUDA one
+        assert imported.partition("+")[0] == RELEASE and outcome.execution["start"] == ("warm" if warm else "cold")
+        assert f"torch {imported} from {TEST_ENVIRONMENTS / built.name}/lib/python3.11/site-packages/torch" \
+            in outcome.stdout
