@@ -1,6 +1,7 @@
 """State changes of stored evaluations, as named actions (the acting user is None for the operator's
 ``manage.py evaluate``)."""
 import json
+import logging
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -12,6 +13,7 @@ from core.enums import Variant
 from runners.actions import do_create_campaign
 from runners.bisection import (
     ReleaseOutcome,
+    final_release,
     free_slots,
     index_releases,
     next_probes,
@@ -19,7 +21,6 @@ from runners.bisection import (
     probe_outcome,
     probe_plan,
     probe_runs,
-    release_key,
     release_of,
     releases_between,
     served_environments,
@@ -31,6 +32,8 @@ from runners.selectors import runnable_versions
 from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
 from .tables import detection_table, false_positive_table, flakiness_table, judged_runs, latency_table
 from .versions import MATRIX_KEY
+
+logger = logging.getLogger(__name__)
 
 
 def records(frame):
@@ -117,7 +120,7 @@ def do_start_bisection(bug, good, bad, *, seeds, releases=None, workers=None, st
     seeds = sorted(set(seeds))
     problems = []
     try:
-        if release_key(good) == release_key(bad):
+        if final_release(good) == final_release(bad):
             problems.append("The good and the bad release must differ.")
         chosen = releases_between(good, bad, releases) if releases else []
     except ValueError as error:
@@ -139,36 +142,47 @@ def do_advance_bisection(bisection, *, acting_user=None, available=index_release
     """One step of a bisection, safe to repeat: once the open round's runs have all finished, record each probe's
     outcome; then ask the planner (runners.bisection.next_probes) for the next round, and create its campaign (its
     runs go to the workers), or record the result. A problem (the index unreachable, a release that no live worker
-    serves, a plan refused) fails the bisection with the reason. Returns the bisection as stored."""
+    serves, a plan refused) fails the bisection with the reason; so does any other error of the step, logged with
+    its traceback, so that no bisection is left running with nothing to advance it. Returns the bisection as
+    stored."""
     bisection.refresh_from_db()
     if bisection.status != BisectionStatus.RUNNING:
         return bisection
     try:
-        if not bisection.releases:
-            releases = releases_between(bisection.good, bisection.bad, available())
-            Bisection.objects.filter(pk=bisection.pk).update(releases=releases)
-            bisection.releases = releases
-        open_probes = list(bisection.probes.filter(outcome="").select_related("campaign", "environment"))
-        if any(probe.campaign is None for probe in open_probes):
-            raise ValueError("the campaign of an open round was deleted, so its probes have no runs to judge")
-        if any(probe_runs(probe.campaign, probe.environment).exclude(status__in=FINISHED_STATUSES).exists()
-               for probe in open_probes):
-            return bisection
-        for probe in open_probes:
-            probe.outcome, probe.manifested, probe.failed, probe.seconds = probe_outcome(
-                probe_runs(probe.campaign, probe.environment))
-            probe.runs = probe_runs(probe.campaign, probe.environment).count()
-            probe.save(update_fields=["outcome", "manifested", "failed", "seconds", "runs"])
-        known = {probe.release: ReleaseOutcome(probe.outcome) for probe in bisection.probes.all()}
-        step = next_probes(bisection.releases, known, bisection.workers or slots())
-        if step.result is not None:
-            return _finish_bisection(bisection, step.result, acting_user)
-        environments, missing = served_environments(bisection.reproducer_version, step.probes)
-        if missing:
-            raise ValueError(not_served_reason(missing))
-        plan = probe_plan(bisection.reproducer_version, environments, bisection.seeds, bisection.steps)
+        return _advance_bisection(bisection, acting_user, available, slots)
     except (ValueError, OSError, ValidationError) as error:
         return do_fail_bisection(bisection, error, acting_user=acting_user)
+    except Exception as error:  # noqa: BLE001 - the step's driver stops here: the bisection must not stay running
+        logger.exception("bisection #%s: unexpected error in a step", bisection.pk)
+        return do_fail_bisection(bisection, f"unexpected error: {type(error).__name__}: {error}",
+                                 acting_user=acting_user)
+
+
+def _advance_bisection(bisection, acting_user, available, slots):
+    """The step of ``do_advance_bisection``; raises what stops the bisection."""
+    if not bisection.releases:
+        releases = releases_between(bisection.good, bisection.bad, available())
+        Bisection.objects.filter(pk=bisection.pk).update(releases=releases)
+        bisection.releases = releases
+    open_probes = list(bisection.probes.filter(outcome="").select_related("campaign", "environment"))
+    if any(probe.campaign is None for probe in open_probes):
+        raise ValueError("the campaign of an open round was deleted, so its probes have no runs to judge")
+    if any(probe_runs(probe.campaign, probe.environment).exclude(status__in=FINISHED_STATUSES).exists()
+           for probe in open_probes):
+        return bisection
+    for probe in open_probes:
+        probe.outcome, probe.manifested, probe.failed, probe.seconds = probe_outcome(
+            probe_runs(probe.campaign, probe.environment))
+        probe.runs = probe_runs(probe.campaign, probe.environment).count()
+        probe.save(update_fields=["outcome", "manifested", "failed", "seconds", "runs"])
+    known = {probe.release: ReleaseOutcome(probe.outcome) for probe in bisection.probes.all()}
+    step = next_probes(bisection.releases, known, bisection.workers or slots())
+    if step.result is not None:
+        return _finish_bisection(bisection, step.result, acting_user)
+    environments, missing = served_environments(bisection.reproducer_version, step.probes)
+    if missing:
+        raise ValueError(not_served_reason(missing))
+    plan = probe_plan(bisection.reproducer_version, environments, bisection.seeds, bisection.steps)
     return _start_round(bisection, step.probes, environments, plan, len(known), acting_user)
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from django import forms
 
 from core.cli import comma_list
-from runners.bisection import release_key
+from runners.bisection import final_release
 
 from .actions import MAX_BISECTION_SEEDS
 
@@ -75,7 +75,7 @@ class BisectionForm(forms.Form):
     def _release(value):
         value = value.strip()
         try:
-            release_key(value)
+            final_release(value)
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
         return value

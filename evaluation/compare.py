@@ -12,7 +12,7 @@ from core.enums import Variant
 from runners.detectors.plain import PlainBaseline
 from runners.failures import breakdown, failure_counts
 from runners.models import Campaign, Environment, Run
-from runners.selectors import visible_campaigns, visible_runs
+from runners.selectors import shown_name, visible_campaigns, visible_runs
 
 from .filters import ResultFilterForm
 from .results import results_viewer
@@ -46,7 +46,7 @@ def side_choices(viewer=None):
     environments = Environment.objects.order_by("torch", "gpu", "host")
     campaigns = visible_campaigns(viewer).order_by("-created_at", "-id")[:200]
     return [
-        ("Campaign", [(f"campaign:{c.pk}", f"#{c.pk} {c.name}") for c in campaigns]),
+        ("Campaign", [(f"campaign:{c.pk}", f"#{c.pk} {shown_name(c, viewer)}") for c in campaigns]),
         ("Environment", [(f"environment:{e.pk}", str(e)) for e in environments]),
         ("torch version", [(f"torch:{v}", f"torch {v}") for v in
                            environments.exclude(torch="").values_list("torch", flat=True).distinct()]),
@@ -56,13 +56,14 @@ def side_choices(viewer=None):
     ]
 
 
-def side(value):
-    """The Side a choice value names; LookupError when it names nothing."""
+def side(value, viewer=None):
+    """The Side a choice value names, labelled for ``viewer``; LookupError when it names nothing."""
     kind, _, key = value.partition(":")
     if kind == "campaign" and key.isdigit():
         campaign = Campaign.objects.filter(pk=key).first()
         if campaign:
-            return Side(value, f"campaign #{campaign.pk} {campaign.name}", Run.objects.filter(campaign=campaign))
+            label = f"campaign #{campaign.pk} {shown_name(campaign, viewer)}"
+            return Side(value, label, Run.objects.filter(campaign=campaign))
     elif kind == "environment" and key.isdigit():
         environment = Environment.objects.filter(pk=key).first()
         if environment:
@@ -200,7 +201,7 @@ def compare_query(query, user=None):
     if not form.is_bound or not form.is_valid():
         return form, filters, None
     criteria = filters.criteria()
-    a, b = side(form.cleaned_data["a"]), side(form.cleaned_data["b"])
+    a, b = side(form.cleaned_data["a"], viewer), side(form.cleaned_data["b"], viewer)
     runs_a, runs_b = (criteria.runs(visible_runs(viewer, chosen.runs)) for chosen in (a, b))
     return form, filters, Comparison(a, b, comparison(runs_a, runs_b), form.cleaned_data["only_changes"],
                                      failures_by_kind(runs_a, runs_b))

@@ -19,9 +19,12 @@ detector's public score and its held-out score are counted apart, from the same 
 Moving a bug either way (`do_hold_out_bug`, `do_publish_bug`: a maintainer's button on the bug's page, or the
 admin's actions) is recorded in its audit trail with who moved it and when. A bug published again is public with
 every result it has. A held-out bug comes through a submission, never through the catalog's files, which are
-public. A campaign's name is the words of the maintainer who made it: it should not name a held-out bug. An ID is
-never reused, so a submission that takes a held-out bug's ID is refused as taken: whoever guesses an exact ID learns
-that it exists, and nothing else."""
+public. The names the system gives campaigns name no bug (a verification counts its reproducers), and words a
+maintainer typed that hold a held-out bug's ID, in any case (a campaign's name, an evaluation's command line), are
+shown to everyone else withheld whole, on the pages, the API, the exports and the admin
+(`runners.selectors.shown_name`, `shown_command`); a campaign's recorded plan lists only the reproducers the reader
+may see (`shown_parameters`), in the admin too. An ID is never reused, so a submission that takes a held-out bug's
+ID is refused as taken: whoever guesses an exact ID learns that it exists, and nothing else."""
 from dataclasses import dataclass, field
 
 from django.db.models import F, Q

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from core.exports import export
 from runners.detectors.base import DROP_IN
+from runners.selectors import shown_command
 
 from .held_out import public_tables
 from .leaderboard import BASELINE, grouped, standings
@@ -113,7 +114,7 @@ def render(evaluation):
     parts = [
         "# SilentBench results\n",
         f"Generated from evaluation #{evaluation.pk} of {timezone.localtime(evaluation.created_at):%Y-%m-%d %H:%M %Z} "
-        f"by `{parameters.get('command', 'manage.py evaluate')}`; do not edit by hand. "
+        f"by `{shown_command(parameters.get('command', 'manage.py evaluate'), None)}`; do not edit by hand. "
         f"Total wall time {minutes:.1f} min on {parameters.get('host', '?')}; "
         f"campaign #{evaluation.campaign_id}, overhead campaign #{evaluation.overhead_campaign_id}.\n",
         f"Seeds {parameters.get('seeds')}; detectors {', '.join(parameters.get('detectors', []))}; "

@@ -26,7 +26,7 @@ from runners.local_worker import wait_with_local_worker
 from runners.models import CampaignPurpose, Run, RunStatus
 from runners.plans import CampaignPlan, PlannedRun
 from runners.registry import detector_record
-from runners.selectors import runnable_versions
+from runners.selectors import runnable_versions, shown_command
 
 from .held_out import public_tables
 from .metrics import AlarmPoint, detected_beyond_clean
@@ -413,7 +413,8 @@ def benchmark_figures(evaluation):
     fits = [row for row in tables.get("fits", []) if row["detector"] == DETECTOR]
     return {
         "evaluation": evaluation.pk, "stored": evaluation.created_at.strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": evaluation.parameters.get("commit", ""), "command": evaluation.parameters.get("command", ""),
+        "commit": evaluation.parameters.get("commit", ""),
+        "command": shown_command(evaluation.parameters.get("command", ""), None),
         "bugs": len({row["bug"] for row in rows}),
         "beyond_fixed": len({row["bug"] for row in rows if row["detected_beyond_fixed_runs"]}),
         "raw": len({row["bug"] for row in rows if row["detected_runs"]}),

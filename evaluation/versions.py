@@ -19,7 +19,7 @@ from runners.bisection import ReleaseOutcome, release_key, release_of, release_o
 from runners.models import FINISHED_STATUSES, PythonEnvironment, Run, RunStatus, StabilityCheck
 from runners.selectors import visible_campaigns, visible_runs
 
-from .results import NotFound
+from .results import NotFound, _id
 
 MATRIX_KEY = "version_matrix"  # a version-matrix campaign's parameters hold {MATRIX_KEY: {"releases": [...]}}
 PLAIN = "plain"
@@ -82,10 +82,11 @@ class Cell:
 
     @property
     def stability(self):
-        """The verification's verdict over these runs (``StabilityCheck.verdict_for``), once all are finished."""
-        if self.pending_runs or not self.seeds:
+        """The verification's verdict over these runs (``StabilityCheck.verdict_for``), once all are finished: over
+        the buggy runs, not the seeds, as campaigns combined may run the same seed more than once."""
+        if self.pending_runs or not self.buggy_runs:
             return None
-        return StabilityCheck.verdict_for(len(self.seeds), self.buggy_manifested, self.fixed_manifested,
+        return StabilityCheck.verdict_for(self.buggy_runs, self.buggy_manifested, self.fixed_manifested,
                                           self.failed_runs)
 
     @property
@@ -166,10 +167,10 @@ def campaigns_for(query, user=None):
         if newest is None:
             raise NotFound("No version-matrix campaign yet: `manage.py version_matrix` creates one.")
         return [newest]
-    if not all(str(value).isdigit() for value in ids):
-        raise NotFound(f"campaign must be a campaign's ID, not {', '.join(map(str, ids))}")
-    found = list(visible_campaigns(user).filter(pk__in=[int(value) for value in ids]).order_by("created_at", "id"))
-    missing = sorted(set(map(int, ids)) - {campaign.pk for campaign in found})
+    ids = [_id({"campaign": str(value)}, "campaign") for value in ids]  # NotFound for anything but a possible ID
+    found = list(visible_campaigns(user).filter(pk__in=[pk for pk in ids if pk is not None])
+                 .order_by("created_at", "id"))
+    missing = sorted({pk for pk in ids if pk is not None} - {campaign.pk for campaign in found})
     if missing:
         raise NotFound(f"No campaign {', '.join(f'#{pk}' for pk in missing)}.")
     return found

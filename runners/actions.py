@@ -14,6 +14,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from bugs.actions import do_set_verification_verdict
@@ -71,7 +72,7 @@ def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True,
             for run in plan.runs
         ])
         run_ids = [run.pk for run in runs]  # bulk_create returns keys on PostgreSQL and SQLite
-        audit.record(acting_user, "create", campaign, f"created {campaign} with {len(run_ids)} runs")
+        audit.record(acting_user, "create", campaign, f"created campaign #{campaign.pk} with {len(run_ids)} runs")
         if enqueue:
             transaction.on_commit(lambda: enqueue_runs(run_ids))
     return campaign
@@ -164,11 +165,12 @@ def do_complete_campaign(campaign, *, acting_user=None):
 def do_start_verification(versions, seeds=3, steps=None, *, acting_user):
     """Verification of approved bug reproducers through the normal pipeline: k seeds of buggy and fixed,
     no detector. Its stability is recorded when its last run finishes (do_complete_campaign). Approving
-    a version starts it (runners.receivers), so approving does not also need the right to trigger runs."""
-    names = ", ".join(str(version.reproducer) for version in versions[:3]) + (" ..." if len(versions) > 3 else "")
+    a version starts it (runners.receivers), so approving does not also need the right to trigger runs. Its name
+    counts the reproducers without naming them: a bug may be held out later, and its parameters list them, as each
+    reader may see them (runners.selectors.shown_parameters)."""
     plan = CampaignPlan.build(versions, [detector_record("plain")], [Variant.BUGGY, Variant.FIXED], range(seeds), steps)
-    return do_create_campaign(f"verification k={seeds}: {names}", plan, CampaignPurpose.VERIFICATION,
-                              acting_user=acting_user)
+    return do_create_campaign(f"verification k={seeds}: {len(versions)} reproducer{pluralize(len(versions))}", plan,
+                              CampaignPurpose.VERIFICATION, acting_user=acting_user)
 
 
 def enqueue_runs(run_ids):

@@ -13,7 +13,7 @@ from .models import (
     Worker,
 )
 from .permissions import can_trigger
-from .selectors import visible_campaigns, visible_runs
+from .selectors import shown_name, shown_parameters, visible_campaigns, visible_runs
 
 
 @admin.register(Detector)
@@ -45,18 +45,39 @@ class CampaignAdmin(admin.ModelAdmin):
     """Campaigns are created by the builder or the API; here they are cancelled or retried,
     through the same actions and permission (``runners.trigger_campaign``) as the site."""
 
-    list_display = ["name", "purpose", "created_by", "created_at", "completed_at", "cancelled_at"]
     list_filter = ["purpose"]
     actions = ["cancel", "retry_failed_runs"]
 
     def get_queryset(self, request):  # as on the site: a campaign of hidden code is hidden (runners.selectors)
         return super().get_queryset(request).filter(pk__in=visible_campaigns(request.user).values("pk"))
 
+    def get_list_display(self, request):
+        @admin.display(description="name")
+        def name(campaign):
+            return shown_name(campaign, request.user)
+        return [name, "purpose", "created_by", "created_at", "completed_at", "cancelled_at"]
+
+    def get_object(self, request, object_id, from_field=None):
+        """The campaign as ``request.user`` may read it: its name (shown_name), which the page's title and
+        breadcrumbs print too, and its parameters (shown_parameters); never saved: nothing is changed here
+        (has_change_permission)."""
+        campaign = super().get_object(request, object_id, from_field)
+        if campaign is not None:
+            campaign.name = shown_name(campaign, request.user)
+            campaign.parameters = shown_parameters(campaign, request.user)
+        return campaign
+
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Campaign._meta.fields]  # changed only through the actions
 
     def has_add_permission(self, request):
         return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # what is shown here may be withheld (get_object): a save would store that
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # its page would list every run, those of held-out bugs too; a campaign is cancelled instead
 
     def has_trigger_permission(self, request):
         return can_trigger(request.user)
@@ -92,6 +113,14 @@ class RunAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return visible_runs(request.user, super().get_queryset(request))
+
+    def get_object(self, request, object_id, from_field=None):
+        """The run, its campaign named as ``request.user`` may read it (shown_name); the campaign is never saved
+        from here."""
+        run = super().get_object(request, object_id, from_field)
+        if run is not None and run.campaign is not None:
+            run.campaign.name = shown_name(run.campaign, request.user)
+        return run
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Run._meta.fields]

@@ -38,7 +38,7 @@ from .models import (
 from .permissions import CanReviewDetectors, CanTriggerCampaigns, can_review_detectors, detector_submission_refusal
 from .plans import MAX_SEED, MAX_SEEDS, MAX_STEPS, CampaignPlan
 from .registry import detector_listing, with_plugin_facts
-from .selectors import shown_parameters, visible_alarms, visible_campaigns, visible_runs
+from .selectors import shown_name, shown_parameters, visible_alarms, visible_campaigns, visible_runs
 
 
 class DetectorSerializer(serializers.ModelSerializer):
@@ -242,9 +242,11 @@ class CampaignSerializer(serializers.ModelSerializer):
         return campaign.progress(getattr(campaign, "counted", None))
 
     def to_representation(self, campaign):
-        """As the reader may see it: its ``parameters`` without the reproducers of held-out bugs (shown_parameters)."""
+        """As the reader may see it: its ``parameters`` without the reproducers of held-out bugs (shown_parameters),
+        its name withheld if it names one (shown_name)."""
         data = super().to_representation(campaign)
-        data["parameters"] = shown_parameters(campaign, self.context["request"].user)
+        user = self.context["request"].user
+        data["name"], data["parameters"] = shown_name(campaign, user), shown_parameters(campaign, user)
         return data
 
 

@@ -24,7 +24,7 @@ from core.enums import Variant
 
 from .environments import build_environment, default_environment
 from .models import PythonEnvironment, Run, RunStatus
-from .plans import CampaignPlan, PlannedRun
+from .plans import CampaignPlan, PlannedRun, runs_in
 from .registry import detector_record
 from .routing import queue_for
 from .selectors import live_workers
@@ -62,19 +62,32 @@ def release_key(release):
         raise ValueError(f"{release!r} is not a release version (e.g. 2.11.0)") from None
 
 
+def final_release(release):
+    """``release_key`` of a release a bisection may start or end at: ValueError for a pre-release (2.13.0rc1), as
+    the package index's releases between them are final ones only."""
+    key = release_key(release)
+    if key.is_prerelease:
+        raise ValueError(f"{release!r} is a pre-release: a bisection runs between final releases (e.g. "
+                         f"{key.base_version})")
+    return key
+
+
 def releases_between(good, bad, available):
     """The releases of ``available`` from ``good`` to ``bad`` inclusive, oldest first (``good`` may be the newer
-    one: a bisection of when a bug was fixed starts from a release that has it). Final releases only. Both ends
-    must be in ``available``."""
-    known = {str(release_key(release)): release for release in available}
-    missing = [release for release in (good, bad) if str(release_key(release)) not in known]
+    one: a bisection of when a bug was fixed starts from a release that has it), compared as versions ("2.9" is
+    "2.9.0", and is listed once). Final releases only; ``good`` and ``bad`` are kept as given, must be final
+    (``final_release``) and must be in ``available``."""
+    ends = {final_release(good): good, final_release(bad): bad}
+    known = {}
+    for release in available:
+        known.setdefault(release_key(release), release)
+    missing = [release for key, release in ends.items() if key not in known]
     if missing:
         raise ValueError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not among the releases "
-                         f"({', '.join(sorted(known.values(), key=release_key)) or 'none'})")
-    low, high = sorted((release_key(good), release_key(bad)))
-    chosen = sorted((release for release in known.values()
-                     if low <= release_key(release) <= high and not release_key(release).is_prerelease),
-                    key=release_key)
+                         f"({', '.join(known[key] for key in sorted(known)) or 'none'})")
+    known.update(ends)
+    low, high = sorted(ends)
+    chosen = [known[key] for key in sorted(known) if low <= key <= high and not key.is_prerelease]
     return chosen if release_key(good) <= release_key(bad) else chosen[::-1]
 
 
@@ -233,11 +246,20 @@ def recorded_environments(release):
     return [default, *recorded] if release_of(default.torch) == release_of(release) else recorded
 
 
-def release_environment(release):
+def fitting_environments(recorded, version):
+    """Of ``recorded`` (one release's environments), those ``version`` runs in (runners.plans.runs_in: a
+    reproducer that declares ``numpy<2`` runs in the environment that has it), or all of them when none fits."""
+    return [environment for environment in recorded if runs_in(version, environment)] or recorded
+
+
+def release_environment(release, versions=()):
     """The PythonEnvironment of torch ``release``, built here (runners.environments, cached per machine) when
-    none is recorded."""
+    none is recorded: of several recorded, the one the most of ``versions`` run in (the first of those tied)."""
     recorded = recorded_environments(release)
-    return recorded[0] if recorded else build_environment([f"torch=={release}"])
+    if not recorded:
+        return build_environment([f"torch=={release}"])
+    return max(recorded, key=lambda environment: (sum(runs_in(version, environment) for version in versions),
+                                                  -recorded.index(environment)))
 
 
 def probe_plan(version, environments, seeds, steps=None):
@@ -254,13 +276,13 @@ def probe_plan(version, environments, seeds, steps=None):
 
 def served_environments(version, releases):
     """([the environment of each release], [(release, its environment or None) that no live worker serves]): of
-    the environments recorded for a release, the first in which a live worker consumes the queue of ``version``'s
-    runs. Nothing is built: a worker that serves an environment has built and recorded it
-    (SILENTBENCH_WORKER_ENVIRONMENTS)."""
+    the environments recorded for a release that ``version`` runs in (``fitting_environments``), the first in which
+    a live worker consumes the queue of ``version``'s runs. Nothing is built: a worker that serves an environment
+    has built and recorded it (SILENTBENCH_WORKER_ENVIRONMENTS)."""
     consumed = {queue for queues in live_workers().values_list("queues", flat=True) for queue in queues}
     environments, missing = [], []
     for release in releases:
-        recorded = recorded_environments(release)
+        recorded = fitting_environments(recorded_environments(release), version)
         served = [environment for environment in recorded if queue_for(version, environment) in consumed]
         environments.append((served or recorded or [None])[0])
         if not served:

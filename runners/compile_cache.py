@@ -6,7 +6,10 @@ A sealed run sees a private ``/tmp``, so ``torch.compile`` would rebuild every g
 that Inductor wrote under ``TORCHINDUCTOR_CACHE_DIR``: each run gets a copy of them in its run directory, and
 after a sealed run that ended well (exit code 0, its oracle reported, not killed after it), the files it added
 come back. A version's cache only ever reaches runs of a version with the same content, whose code could do
-anything those files do: a hostile reproducer can spoil its own runs, no one else's. Only regular files come
+anything those files do: a hostile reproducer can spoil its own runs, no one else's. A run under a submitted
+detector only reads the cache and adds nothing (runners.execution): its probe and its ``analyze`` are code that
+no reproducer author wrote, running in the same directory, and what they planted would be loaded by the later
+runs of every other detector on that version. Only regular files come
 back (the sandbox copies no links out, and this module checks again), never what a writer left half done,
 within a size budget. Runs not sealed in namespaces keep nothing: a process of theirs may outlive them.
 

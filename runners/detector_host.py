@@ -22,7 +22,8 @@ def answer(request):
         given = request["context"]
         context = RunContext(workdir=Path(given["workdir"]), entrypoint=given["entrypoint"], config=given["config"],
                              env=request["env"], limits=limits, fit_artifact=given["fit_artifact"])
-        # The run's parsed report: start, steps, oracle, alarms (the probe's, signed), comparisons, errors.
+        # What the worker passes of the run's report (runners.submitted_plugins.detector_report): start (without
+        # variant and seed), steps, alarms (the probe's, signed) and comparisons; never the oracle.
         alarms = plugin.analyze(context, types.SimpleNamespace(**request["report"]))
         return {"alarms": alarms, "summary": context.summary}
     programs = [(Path(directory), entrypoint, list(args)) for directory, entrypoint, args in request["programs"]]

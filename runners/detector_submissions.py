@@ -22,6 +22,8 @@ from .detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 MAX_CONFIG_BYTES = 16 * 1024  # a config is a handful of thresholds
 MAX_DESCRIPTION_CHARACTERS = 2000
 MAX_TIME_LIMIT_FACTOR = 10
+MAX_FIT_KEYS = 64  # fit_config_keys, and the names in a config's fit_pipelines
+MAX_SEED = 2**32 - 1  # what numpy's and torch's seeding take
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 # Class attributes the worker reads, as literals of the module: name -> (types, what it must be).
@@ -34,7 +36,7 @@ STATIC_ATTRIBUTES = {
     "instruments": ((bool,), "True or False"),
     "needs_fit": ((bool,), "True or False"),
     "time_limit_factor": ((int, float), f"a number from 1 to {MAX_TIME_LIMIT_FACTOR}"),
-    "fit_config_keys": ((tuple, list), "a tuple of config key names"),
+    "fit_config_keys": ((tuple, list), f"a list or tuple of at most {MAX_FIT_KEYS} config key names (str)"),
 }
 REQUIRED_ATTRIBUTES = ("name", "version", "integration")
 INTEGRATION_CONSTANTS = {"DROP_IN": DROP_IN, "OPT_IN": OPT_IN}  # base's names, read as their values
@@ -127,6 +129,9 @@ def _value_problems(attributes, hooks):
     factor = attributes.get("time_limit_factor", 1)
     if isinstance(factor, (int, float)) and not isinstance(factor, bool) and not 1 <= factor <= MAX_TIME_LIMIT_FACTOR:
         problems.append(f"time_limit_factor {factor}: {STATIC_ATTRIBUTES['time_limit_factor'][1]}.")
+    keys = attributes.get("fit_config_keys", ())
+    if isinstance(keys, (tuple, list)) and (len(keys) > MAX_FIT_KEYS or not all(isinstance(k, str) for k in keys)):
+        problems.append(f"fit_config_keys: {STATIC_ATTRIBUTES['fit_config_keys'][1]}.")
     if isinstance(attributes.get("default_config"), dict):
         problems += config_problems(attributes["default_config"], "default_config")
     if attributes.get("needs_fit") and "fit" not in hooks:
@@ -138,7 +143,8 @@ def _value_problems(attributes, hooks):
 
 
 def config_problems(config, label="config"):
-    """What keeps ``config`` from being a detector's config: a JSON object within ``MAX_CONFIG_BYTES``."""
+    """What keeps ``config`` from being a detector's config: a JSON object within ``MAX_CONFIG_BYTES``, whose
+    keys that the worker itself reads (the fit's, runners.fitting) have the values it takes."""
     if not isinstance(config, dict):
         return [f"{label} must be a JSON object ({{\"key\": value, ...}})."]
     if problem := storage_problem(config):
@@ -146,7 +152,24 @@ def config_problems(config, label="config"):
     size = len(json.dumps(config).encode())
     if size > MAX_CONFIG_BYTES:
         return [f"{label}: {size} bytes of JSON, more than the {MAX_CONFIG_BYTES} allowed."]
-    return []
+    return _fit_config_problems(config, label)
+
+
+def _fit_config_problems(config, label):
+    problems = []
+    pipelines = config.get("fit_pipelines")
+    if pipelines is not None and (not isinstance(pipelines, list) or len(pipelines) > MAX_FIT_KEYS
+                                  or not all(isinstance(name, str) for name in pipelines)):
+        problems.append(f"{label}: fit_pipelines must be a list of at most {MAX_FIT_KEYS} clean reference "
+                        f"pipelines' names (text), or null for all of them.")
+    seed = config.get("fit_seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        problems.append(f"{label}: fit_seed must be a whole number from 0 to {MAX_SEED}.")
+    if config.get("fit_on_self", False) is not False:
+        problems.append(f"{label}: fit_on_self must be false or left out. It fits on the fixed variant of the "
+                        f"program under test, whose report names the trigger step the detector is scored against; a "
+                        f"submitted detector fits on the clean reference pipelines.")
+    return problems
 
 
 def parse_config(text):
@@ -193,9 +216,12 @@ def check_detector(code, config=None, description=""):
         "analyze": "analyze" in hooks,
         "fit": "fit" in hooks,
     }
+    description = description.strip() or attributes.get("description", "")
+    if problem := storage_problem({"interface": interface, "description": description}):  # all that is stored
+        return None, [f"The module's attributes cannot be stored: {problem}"]
     return CheckedDetector(name=attributes["name"], version=attributes["version"], code=code,
                            code_hash=code_hash(code), config=config, interface=interface,
-                           description=description.strip() or attributes.get("description", "")), []
+                           description=description), []
 
 
 def name_problem(name):

@@ -88,18 +88,25 @@ def _distributions():
             if dist.metadata["Name"]}
 
 
+DEFAULT_SUFFIX = "-default"
+
+
 def default_environment():
     """The record of the workers' own interpreter (this process's: the project pins the same torch everywhere),
-    made on first use."""
+    made on first use, and never another record: when a built environment already has the name the default's
+    packages give (one built with the same torch and nothing else), the default's is that name and
+    ``DEFAULT_SUFFIX``."""
     existing = PythonEnvironment.objects.filter(is_default=True).first()
     if existing is not None:
         return existing
     python = "%d.%d.%d" % sys.version_info[:3]
     resolved = _distributions()
+    name = environment_name(python, ["torch"], resolved)
+    if PythonEnvironment.objects.filter(name=name, is_default=False).exists():
+        name += DEFAULT_SUFFIX
     environment, _ = PythonEnvironment.objects.get_or_create(
-        name=environment_name(python, ["torch"], resolved),
-        defaults={"requirements": [], "resolved": resolved, "python": python, "torch": resolved.get("torch", ""),
-                  "is_default": True})
+        name=name, is_default=True,
+        defaults={"requirements": [], "resolved": resolved, "python": python, "torch": resolved.get("torch", "")})
     return environment
 
 
@@ -241,7 +248,9 @@ def build_environment(requirements, worker=None):
                      "address_space_extra_mb": inspected["address_space_extra_mb"],
                      "build_seconds": round(time.monotonic() - started, 1), "size_bytes": directory_size(directory),
                      "built_at": timezone.now().isoformat()}
-            marker.write_text(json.dumps(built, indent=1, sort_keys=True))
+            written = directory / f"{BUILT_MARKER}.partial"  # whole or absent: a killed build leaves no marker
+            written.write_text(json.dumps(built, indent=1, sort_keys=True))
+            os.replace(written, marker)
     return do_record_build(name, built, directory, worker)
 
 

@@ -220,8 +220,10 @@ def execute(run, devices=()):
             except RuntimeError as error:
                 analysis_error = offline_check_failed(error)
             analysis_seconds = time.monotonic() - started
+            # Only runs of the repository's own detectors add to the cache: a submitted detector's install() and
+            # analyze() could plant files there that later runs of other detectors would load (compile_cache).
             if result.sealed and result.exit_code == 0 and not result.ended_after_oracle and not analysis_error \
-                    and report.oracle is not None and not report.over_cap:
+                    and report.oracle is not None and not report.over_cap and not isinstance(plugin, SubmittedPlugin):
                 compiled_files, cache_error = compile_cache.keep(workdir, version)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -94,6 +94,38 @@ def visible_campaigns(user):
     return campaigns.exclude(runs__reproducer_version__in=_unreviewed(hidden)).exclude(pk__in=only_held_out)
 
 
+def names_held_out_bug(text):
+    """Whether ``text`` holds the ID of a held-out bug, in any case."""
+    folded = text.casefold()
+    return any(bug_id.casefold() in folded for bug_id in held_out_bug_ids())
+
+
+def shown_words(text, user, withheld):
+    """Words a person or a command wrote (a campaign's name, an evaluation's command line) as ``user`` may read them:
+    ``withheld`` instead when they hold a held-out bug's ID, unless a maintainer. The whole text is replaced, not the
+    ID in it: what is left around a cut would say how the ID is spelled."""
+    return text if sees_held_out(user) or not names_held_out_bug(text) else withheld
+
+
+def shown_name(campaign, user):
+    """A campaign's name as ``user`` may read it (shown_words), wherever it is shown: pages (the ``campaign_name``
+    filter), the API, the comparison's captions, the admin. The names the system gives hold no bug ID
+    (runners.actions), but a maintainer may have typed one."""
+    return shown_words(campaign.name, user, f"campaign #{campaign.pk} (name withheld)")
+
+
+def shown_command(command, user):
+    """An evaluation's recorded command line (``Evaluation.parameters["command"]``, which may name bugs:
+    ``evaluate --bugs ...``) as ``user`` may read it (shown_words)."""
+    return shown_words(command, user, "manage.py evaluate (its options are withheld: they name a held-out bug)")
+
+
+def shows_every_run(campaign, user):
+    """Whether ``user`` sees every run of ``campaign``, one they may see (visible_campaigns): all but the runs of
+    held-out bugs, which only the maintainers see."""
+    return sees_held_out(user) or not campaign.runs.filter(reproducer_version__reproducer__bug__held_out=True).exists()
+
+
 def shown_parameters(campaign, user):
     """What ``user`` may read of a campaign's recorded plan (``CampaignPlan.parameters``): without the reproducers
     of held-out bugs (each recorded as "BUG-ID/name @ hash"), unless a maintainer."""

@@ -6,7 +6,10 @@ Where the code runs, each time inside a sandbox sealed like the run itself (runn
   writes the stored source (runners.execution, ``DETECTOR_MODULE_ENV``);
 - ``analyze`` and ``fit``: in a sandboxed process of their own (runners/detector_host.py), started cold with
   ``python -I``, which reads a JSON request and writes its answer as JSON; the worker checks that answer
-  (``checked_alarms``) and never unpickles anything.
+  (``checked_alarms``) and never unpickles anything. ``analyze`` is not told the answer it is scored against:
+  its report leaves out the oracle, the variant and the seed (``detector_report``), and the run directory no
+  longer holds the report file. In the probe, nothing stops the code from reading ``sys.argv``: the
+  maintainers' review does (docs/writing-a-detector.md, "Review").
 """
 import dataclasses
 import json
@@ -31,6 +34,8 @@ MAX_MESSAGE_CHARACTERS = 10_000
 MAX_RULE_CHARACTERS = 200  # Alarm.rule's column
 MAX_STORED_INTEGER = 2**31 - 1
 MAX_SUMMARY_BYTES = 64 * 1024
+# What a submitted ``analyze`` sees of the run's start record: never the variant or the seed, which name the answer.
+START_FIELDS = ("time", "steps", "world_size")
 PROBE_ENV = {ALARM_KEY_ENV, "PYTHONPATH"}  # what loads the probe and signs its alarms: not for the offline hooks
 
 
@@ -66,10 +71,13 @@ class SubmittedPlugin(DetectorPlugin):
     def analyze(self, context, report):
         if not self.has_analyze:
             return []
-        answer = self._run_hook("analyze", context.workdir, context.env, context.limits, {
+        # The report file in the run directory holds the oracle's record: gone before the hook starts, like its path.
+        Path(context.env["SILENTBENCH_REPORT"]).unlink(missing_ok=True)
+        env = {name: value for name, value in context.env.items() if name != "SILENTBENCH_REPORT"}
+        answer = self._run_hook("analyze", context.workdir, env, context.limits, {
             "context": {"workdir": str(context.workdir), "entrypoint": context.entrypoint, "config": context.config,
                         "fit_artifact": context.fit_artifact},
-            "report": dataclasses.asdict(report)})
+            "report": detector_report(report)})
         context.summary.update(checked_summary(answer.get("summary")))
         return checked_alarms(answer.get("alarms"))
 
@@ -120,6 +128,15 @@ class SubmittedPlugin(DetectorPlugin):
         if "error" in answer:
             raise SubmittedHookError(f"{hook}() raised: {str(answer['error'])[-2000:]}")
         return answer
+
+
+def detector_report(report):
+    """What a submitted ``analyze`` gets of the run's ParsedReport: the program's step records (losses, metrics),
+    its compare records and the probe's own alarms, and of its start record only ``START_FIELDS``. Never the
+    oracle's verdict or trigger step, nor the variant or the seed: they are what the detector is scored against."""
+    start = report.start or {}
+    return {"start": {name: start[name] for name in START_FIELDS if name in start}, "steps": report.steps,
+            "alarms": report.alarms, "comparisons": report.comparisons}
 
 
 def _whole(value, low, high):

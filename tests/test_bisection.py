@@ -13,13 +13,16 @@ from django.utils import timezone
 from bugs.catalog import do_load_catalog
 from bugs.models import Bug
 from core.models import AuditEvent
+from evaluation import actions
 from evaluation.actions import do_advance_bisection, do_start_bisection
+from evaluation.bisections import BisectionForm
 from evaluation.models import Bisection, BisectionStatus
 from evaluation.tasks import POLL_SECONDS, advance_bisection
 from runners.bisection import (
     ReleaseOutcome,
     index_releases,
     next_probes,
+    release_environment,
     release_outcome,
     releases_between,
     simulate,
@@ -137,6 +140,15 @@ def test_releases_between_names_what_is_missing():
         releases_between("two", "2.13.0", RELEASES)
 
 
+def test_releases_are_compared_as_versions_and_a_pre_release_end_is_refused():
+    """"2.9" is "2.9.0": listed once, the ends as given; a pre-release end is refused, never silently dropped."""
+    assert releases_between("2.9", "2.11.0", ["2.9.0", "2.9", "2.10", "2.10.0", "2.11.0", "2.11.0rc1"]) == [
+        "2.9", "2.10", "2.11.0"]
+    assert releases_between("2.11", "2.9.0", ["2.9", "2.10.0", "2.11.0"]) == ["2.11", "2.10.0", "2.9.0"]
+    with pytest.raises(ValueError, match=r"'2\.13\.0rc1' is a pre-release: a bisection runs between final releases"):
+        releases_between("2.9.0", "2.13.0rc1", ["2.9.0", "2.10.0", "2.13.0rc1"])
+
+
 def test_index_releases_are_the_final_releases_with_a_wheel_for_this_platform(tmp_path):
     """PyPI's JSON API, read from a file of the same form."""
     wheel = {"filename": "torch-{}-cp311-cp311-manylinux_2_28_x86_64.whl", "yanked": False}
@@ -244,6 +256,45 @@ def test_a_probe_runs_in_the_environment_of_its_release_that_a_worker_serves(env
 
 
 @pytest.mark.django_db
+def test_a_probe_runs_in_the_environment_of_its_release_that_the_reproducer_runs_in(environments):
+    """Two served environments have torch 2.9.0; the reproducer declares numpy<2, which only one of them has."""
+    bug = BugFactory(bug_id="PT-3")
+    manifest = {"entrypoint": "repro.py", "strategy": "faithful", "default_steps": 3,
+                "needs": {"time_limit_seconds": 20, "memory_mb": 1024, "packages": ["torch>=2.9,<2.12", "numpy<2"]}}
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, name="cpu"), manifest=manifest)
+    with_numpy = PythonEnvironment.objects.create(name="py3.11-torch2.9.0-numpy1.26.4", torch="2.9.0", python="3.11.7",
+                                                  resolved={"torch": "2.9.0", "numpy": "1.26.4"})
+    WorkerFactory(queues=[in_environment("cpu", with_numpy.name)])
+    assert release_environment("2.9.0") == environments["2.9.0"]  # first by name without a reproducer to fit
+    assert release_environment("2.9.0", versions=[version]) == with_numpy
+    bisection = do_start_bisection(bug, "2.9.0", "2.13.0", seeds=[0], releases=["2.9.0", "2.13.0"], workers=2,
+                                   acting_user=None)
+    bisection = do_advance_bisection(bisection)
+    assert bisection.status == BisectionStatus.RUNNING, bisection.reason
+    assert bisection.probes.get(release="2.9.0").environment == with_numpy
+
+
+@pytest.mark.django_db
+def test_an_unexpected_error_fails_the_bisection_instead_of_leaving_it_running(environments, bug, monkeypatch,
+                                                                                caplog):
+    later = []
+    monkeypatch.setattr(advance_bisection, "apply_async", lambda args, countdown: later.append((args, countdown)))
+
+    def broken(*args, **kwargs):
+        raise KeyError("forced")
+    monkeypatch.setattr(actions, "probe_plan", broken)
+    bisection = do_start_bisection(bug, "2.9.0", "2.13.0", seeds=[0], releases=["2.9.0", "2.13.0"], acting_user=None)
+    advance_bisection(bisection.pk)
+    bisection.refresh_from_db()
+    assert bisection.status == BisectionStatus.FAILED and bisection.finished_at is not None
+    assert bisection.reason == "unexpected error: KeyError: 'forced'"
+    assert later == []  # the chain ends with the bisection, not before it
+    assert any(record.exc_info and "bisection #" in record.getMessage() for record in caplog.records)
+    events = AuditEvent.objects.filter(target_id=str(bisection.pk), target_type__model="bisection")
+    assert sorted(events.values_list("action", flat=True)) == ["create", "fail"]
+
+
+@pytest.mark.django_db
 def test_the_releases_come_from_the_index_when_not_given(environments, bug):
     bisection = do_start_bisection(bug, "2.10.0", "2.12.0", seeds=[0], workers=1, acting_user=None)
     bisection = do_advance_bisection(bisection, available=lambda: RELEASES)
@@ -263,12 +314,18 @@ def test_bad_starts_are_refused_with_every_reason(bug):
         do_start_bisection(BugFactory(bug_id="PT-2"), "2.9.0", "2.13.0", seeds=[0], acting_user=None)
     with pytest.raises(ValidationError, match="2.8.0 is not among the releases"):
         do_start_bisection(bug, "2.8.0", "2.13.0", seeds=[0], releases=RELEASES, acting_user=None)
+    with pytest.raises(ValidationError, match="'2.13.0rc1' is a pre-release"):
+        do_start_bisection(bug, "2.9.0", "2.13.0rc1", seeds=[0], acting_user=None)
+    form = BisectionForm({"bug": "PT-1", "good": "2.9.0", "bad": "2.13.0rc1", "seeds": 3})
+    assert not form.is_valid() and "'2.13.0rc1' is a pre-release" in form.errors["bad"][0]
 
 
 @pytest.mark.django_db
 def test_the_command_says_why_a_bisection_cannot_run(bug):
     with pytest.raises(CommandError, match="No bug 'PT-404'"):
         call_command("bisect", "PT-404", "--good", "2.9.0", "--bad", "2.13.0", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="'2.13.0rc1' is a pre-release"):
+        call_command("bisect", "PT-1", "--good", "2.9.0", "--bad", "2.13.0rc1", stdout=io.StringIO())
     with pytest.raises(CommandError, match="2.8.0 is not among the releases"):
         call_command("bisect", "PT-1", "--good", "2.8.0", "--bad", "2.13.0", "--releases", "2.9.0,2.13.0",
                      stdout=io.StringIO())

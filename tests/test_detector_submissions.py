@@ -443,3 +443,142 @@ def test_a_submitted_detector_fits_and_analyzes_in_sandboxed_processes():
     [alarm] = run.alarms.all()
     assert (alarm.rule, alarm.evidence) == ("fitted", {"steps": 3})  # the pipeline's 3 steps, counted in the fit
     assert SUBMITTED_MODULE not in sys.modules
+
+
+# --- What a submitted detector is told, and what it may leave behind --------------------------------------
+
+PEEKING = '''
+import os
+from runners.detectors import DetectorPlugin
+
+
+class Peeking(DetectorPlugin):
+    name = "peeking"
+    version = "1"
+    integration = "drop-in"
+
+    def install(self, probe):
+        pass
+
+    def analyze(self, context, report):
+        path = os.path.join(context.workdir, ".silentbench-report.jsonl")
+        text = open(path).read() if os.path.exists(path) else ""
+        return [{"step": 0, "rule": "peeked", "message": "what analyze was told",
+                 "evidence": {"fields": sorted(vars(report)), "start": report.start, "steps": len(report.steps),
+                              "report_file": text, "report_env": "SILENTBENCH_REPORT" in os.environ}}]
+'''
+
+
+@pytest.mark.integration
+def test_a_submitted_analyze_is_not_told_the_answer():
+    reproducer = ReproducerVersionFactory()
+    version, _ = do_approve_detector_version(submit(PEEKING, UserFactory()), acting_user=MaintainerFactory())
+    outcome = execute(RunFactory(reproducer_version=reproducer, detector=submitted_record(version),
+                                 variant=Variant.BUGGY, seed=5))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    assert outcome.oracle["manifested"] is True and outcome.trigger_step == 1  # the worker knows the answer
+    [told] = [alarm["evidence"] for alarm in outcome.alarms if alarm["rule"] == "peeked"]
+    assert told["fields"] == ["alarms", "comparisons", "start", "steps"], told
+    assert set(told["start"]) == {"time", "steps", "world_size"} and told["steps"] == 3, told
+    assert "oracle" not in told["report_file"] and "buggy" not in told["report_file"], told
+    assert told["report_env"] is False
+
+
+POISONING = '''
+import os
+from pathlib import Path
+from runners.detectors import DetectorPlugin
+
+
+class Poisoning(DetectorPlugin):
+    name = "poisoning"
+    version = "1"
+    integration = "drop-in"
+
+    def install(self, probe):
+        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]) / "zz"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cplanted.py").write_text("print('code that other detectors would load')")
+'''
+
+
+@pytest.mark.integration
+def test_a_run_under_a_submitted_detector_adds_nothing_to_the_compile_cache(settings, tmp_path):
+    settings.SILENTBENCH_COMPILE_CACHE_DIR = tmp_path / "compile-cache"
+    settings.SILENTBENCH_COMPILE_CACHE_MB = 10
+    reproducer = ReproducerVersionFactory()
+    version, _ = do_approve_detector_version(submit(POISONING, UserFactory()), acting_user=MaintainerFactory())
+    outcome = execute(RunFactory(reproducer_version=reproducer, detector=submitted_record(version),
+                                 variant=Variant.BUGGY))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    assert outcome.execution["compile_cache"]["files_added"] == 0
+    assert not list(settings.SILENTBENCH_COMPILE_CACHE_DIR.rglob("cplanted.py"))
+
+
+# --- What the worker reads of a submitted detector: checked when it is submitted --------------------------
+
+FITTER = '''
+from runners.detectors import DetectorPlugin
+
+
+class Fitter(DetectorPlugin):
+    name = "fitter"
+    version = "1"
+    integration = "drop-in"
+    needs_fit = True
+    fit_config_keys = ["threshold"]
+    default_config = {"threshold": 1}
+
+    def install(self, probe):
+        pass
+
+    def fit(self, programs, workdir, env, limits, config):
+        return "", {}
+'''
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"fit_pipelines": 5}, "fit_pipelines must be a list"),
+    ({"fit_pipelines": "mlp-adam"}, "fit_pipelines must be a list"),
+    ({"fit_pipelines": ["mlp-adam", 1]}, "fit_pipelines must be a list"),
+    ({"fit_seed": "1"}, "fit_seed must be a whole number"),
+    ({"fit_seed": True}, "fit_seed must be a whole number"),
+    ({"fit_seed": -1}, "fit_seed must be a whole number"),
+    ({"fit_on_self": True}, "fit_on_self must be false"),
+])
+def test_a_bad_fit_config_is_refused_at_submission(config, expected):
+    as_config = client_for(UserFactory()).post("/api/detector-submissions/", {"code": FITTER, "config": config},
+                                               format="json")
+    in_module = client_for(UserFactory()).post("/api/detector-submissions/", {
+        "code": FITTER.replace('{"threshold": 1}', repr({"threshold": 1, **config}))}, format="json")
+    for answer in (as_config, in_module):
+        assert answer.status_code == 400, answer.content
+        assert any(expected in problem for problem in answer.json()["code"]), answer.json()
+    assert not DetectorVersion.objects.filter(builtin=False).exists()
+
+
+def test_a_good_fit_config_is_taken_and_scored_without_error():
+    ReproducerVersionFactory()
+    config = {"fit_pipelines": ["mlp-adam"], "fit_seed": 7, "fit_on_self": False}
+    answer = client_for(UserFactory()).post("/api/detector-submissions/", {"code": FITTER, "config": config},
+                                            format="json")
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["interface"]["fit_config_keys"] == ["threshold"]
+    review = client_for(MaintainerFactory()).post(f"/api/detector-submissions/{answer.json()['id']}/review/",
+                                                  {"decision": "approve"}, format="json")
+    assert review.status_code == 200 and review.json()["scoring_campaigns"], review.content
+
+
+@pytest.mark.parametrize("attribute, expected", [
+    ('fit_config_keys = (b"a",)', "fit_config_keys: a list or tuple of at most 64 config key names"),
+    ('fit_config_keys = ["a", 1]', "fit_config_keys: a list or tuple of at most 64 config key names"),
+    (f"fit_config_keys = {[f'k{n}' for n in range(65)]!r}", "fit_config_keys: a list or tuple of at most 64"),
+    ('fit_config_keys = ["a\\x00"]', "cannot be stored"),
+    ('description = "bad \\ud800 text"', "cannot be stored"),
+])
+def test_what_the_module_declares_must_be_storable_text(attribute, expected):
+    code = FITTER.replace('fit_config_keys = ["threshold"]', attribute)
+    answer = client_for(UserFactory()).post("/api/detector-submissions/", {"code": code}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert any(expected in problem for problem in answer.json()["code"]), answer.json()
+    assert not DetectorVersion.objects.filter(builtin=False).exists()

@@ -72,12 +72,12 @@ def succeeded(version, detector, variant, campaign, alarm_steps=(), seed=0, mess
     return run
 
 
-def evaluation_of(campaign):
+def evaluation_of(campaign, command="manage.py evaluate"):
     """A stored evaluation of ``campaign``'s runs, its tables computed as ``manage.py evaluate`` computes them."""
     tables = run_tables(campaign.runs.all())
     tables["overhead"] = [{"detector": "param_not_updated", "pairs": 2, "pairs_planned": 2,
                            "median_step_time_ratio": 1.1, "median_end_to_end_ratio": 1.2}]
-    return EvaluationFactory(campaign=campaign, tables=tables)
+    return EvaluationFactory(campaign=campaign, tables=tables, parameters={"command": command})
 
 
 def build_world():
@@ -93,7 +93,8 @@ def build_world():
 
     guard, plain = detector_record("param_not_updated"), detector_record("plain")
     reproducers = [str(public), str(held), str(pipeline)]
-    mixed = CampaignFactory(name="evaluation", purpose=CampaignPurpose.EVALUATION,
+    # a maintainer may type a held-out bug's ID into a campaign's name: shown to the others withheld (shown_name)
+    mixed = CampaignFactory(name=f"evaluation, {HELD_ID} again", purpose=CampaignPurpose.EVALUATION,
                             parameters={"reproducers": reproducers, "detectors": [str(guard)]})
     runs = {}
     for name, version in (("public", public), ("held", held)):
@@ -106,7 +107,7 @@ def build_world():
     succeeded(pipeline, guard, "fixed", mixed, [4])
     mixed.completed_at = timezone.now()
     mixed.save()
-    evaluation = evaluation_of(mixed)
+    evaluation = evaluation_of(mixed, f"manage.py evaluate --bugs {PUBLIC_ID},{HELD_ID}")  # shown_command
     other = CampaignFactory(name="public only", parameters={"reproducers": [str(public)]})
     succeeded(public, guard, "buggy", other, [6])
     verification = CampaignFactory(name=f"verification k=1: {held.reproducer}", purpose=CampaignPurpose.VERIFICATION,
@@ -208,7 +209,7 @@ SURFACES = [
     *[surface for table in ("detection", "matrix", "flakiness") for surface in exports(
         "evaluation:export", {"table": table}, query="campaign={mixed}", maintainer_sees=ID)],
     *exports("evaluation:export", {"table": "detection"}, query="bug={held}", expected=statuses(200, 400, 400)),
-    Surface("leaderboard"),
+    Surface("leaderboard", maintainer_sees=ID),  # the evaluation's command line
     Surface("leaderboard", query="campaign={mixed}"),
     *exports("leaderboard-entries"),
     Surface("leaderboard-detector", {"name": "param_not_updated"}),
@@ -265,7 +266,8 @@ NOT_ABOUT_BUGS = {
     "accounts:revoke_token": "revokes one of the reader's tokens", "login": "the login form", "logout": "logs out",
     "password_change": "a form", "password_change_done": "a message", "password_reset": "a form",
     "password_reset_done": "a message", "password_reset_confirm": "a form", "password_reset_complete": "a message",
-    "admin:*": "staff only, and the admin lists only visible_bugs (test_admin_hides_held_out_bugs_from_staff)",
+    "admin:*": "staff only: test_the_admin_shows_staff_no_held_out_bug and "
+               "test_admin_hides_held_out_bugs_from_staff_and_lets_maintainers_move_them",
     "runners:review_detector": "a detector version's review: its code, no bug",
     "detector-submission-detail": "one detector submission, as detector-submission-list shows it",
     "detector-submission-review": "a maintainer's review of a detector version",
@@ -420,6 +422,101 @@ def test_admin_hides_held_out_bugs_from_staff_and_lets_maintainers_move_them():
     assert Bug.objects.get(pk=public.pk).held_out
     assert AuditEvent.objects.about(public).get(action="hold-out").actor == staff_maintainer
     assert world.users["maintainer"] != staff_maintainer
+
+
+ADMIN_PAGES = [  # (URL name, World.ids key, what a staff member who is no maintainer gets)
+    ("admin:runners_campaign_changelist", None, 200),
+    ("admin:runners_campaign_change", "mixed", 200),
+    ("admin:runners_campaign_history", "mixed", 200),
+    ("admin:runners_campaign_delete", "mixed", 403),  # its page would list every run: campaigns are not deleted
+    ("admin:runners_campaign_change", "verification", 302),  # not found: back to the admin's index
+    ("admin:runners_run_changelist", None, 200),
+    ("admin:runners_run_change", "public_buggy_run", 200),  # its campaign is the mixed one
+    ("admin:runners_run_change", "held_buggy_run", 302),
+    ("admin:bugs_reproducerversion_change", "public_version", 200),
+    ("admin:bugs_reproducerversion_change", "held_version", 302),
+    ("admin:bugs_bug_change", "public_bug_pk", 200),
+    ("admin:bugs_bug_change", "held_bug_pk", 302),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "status"), ADMIN_PAGES, ids=[f"{n}({k})" for n, k, _ in ADMIN_PAGES])
+def test_the_admin_shows_staff_no_held_out_bug(name, key, status):
+    """Staff who may view and change every catalog and run model, but are no maintainers: the held-out bug is in no
+    admin page, nor in a campaign's name or parameters; a staff maintainer sees it."""
+    from django.contrib.auth.models import Permission
+
+    world = build_world()
+    ids = {**world.ids, "public_bug_pk": Bug.objects.get(bug_id=PUBLIC_ID).pk,
+           "held_bug_pk": Bug.objects.get(bug_id=HELD_ID).pk}
+    url = reverse(name, args=[ids[key]] if key else [])
+    permissions = Permission.objects.filter(codename__regex=r"^(view|change|delete)_",
+                                            content_type__app_label__in=["bugs", "runners"])
+    staff, staff_maintainer = UserFactory(is_staff=True), MaintainerFactory(is_staff=True)
+    for user in (staff, staff_maintainer):
+        user.user_permissions.add(*permissions)
+    response = client_of(staff).get(url)
+    body = body_of(response)
+    assert response.status_code == status, f"{url} -> {response.status_code}"
+    assert not [marker for marker in MARKERS if marker in body], f"{url} shows the held-out bug"
+    if name == "admin:runners_campaign_change" and key == "mixed":
+        assert str(world.ids["mixed"]) in body and PUBLIC_ID in body  # the public bug's reproducer, in its parameters
+        assert HELD_ID in body_of(client_of(staff_maintainer).get(url))
+        assert client_of(staff).post(url, {"name": "renamed"}).status_code == 403  # nothing is changed there
+        assert Campaign.objects.get(pk=world.ids["mixed"]).name == f"evaluation, {HELD_ID} again"
+
+
+def test_a_campaign_name_or_command_that_names_a_held_out_bug_is_withheld_from_the_others():
+    """A verification campaign is named by its count of reproducers, never by its bugs; a name or an evaluation's
+    command line that holds a held-out bug's ID, in any case, is shown whole to the maintainers only."""
+    from runners.actions import do_start_verification
+    from runners.selectors import shown_command, shown_name
+
+    world = build_world()
+    maintainer = world.users["maintainer"]
+    secret = BugFactory(bug_id="ZZZ-SECRET", status=BugStatus.VERIFIED)
+    versions = [Bug.objects.get(bug_id=PUBLIC_ID).reproducers.get().versions.get(),
+                ReproducerVersionFactory(reproducer=ReproducerFactory(bug=secret))]
+    campaign = do_start_verification(versions, seeds=2, acting_user=maintainer)
+    assert campaign.name == "verification k=2: 2 reproducers"
+    do_hold_out_bug(secret, acting_user=maintainer)
+    for url in (reverse("runners:campaigns"), reverse("runners:campaign", args=[campaign.pk]),
+                reverse("campaign-detail", args=[campaign.pk]), reverse("campaign-list")):
+        body = body_of(client_of(None).get(url))
+        assert campaign.name in body and "ZZZ-SECRET" not in body, url
+    typed = CampaignFactory(name="rerun of zzz-secret")
+    assert shown_name(typed, None) == f"campaign #{typed.pk} (name withheld)"
+    assert shown_name(typed, world.users["contributor"]) == shown_name(typed, None)
+    assert shown_name(typed, maintainer) == "rerun of zzz-secret"
+    assert shown_name(CampaignFactory(name="rerun of ZZZ-SECRETS"), None) != "rerun of ZZZ-SECRETS"  # no guessing
+    assert shown_name(Campaign.objects.get(pk=world.ids["other"]), None) == "public only"
+    assert "ZZZ-SECRET" not in shown_command("manage.py evaluate --bugs zzz-secret", None)
+    assert shown_command("manage.py evaluate --bugs TEST-PUBLIC", None) == "manage.py evaluate --bugs TEST-PUBLIC"
+    leaderboard = body_of(client_of(None).get(reverse("leaderboard")))
+    assert "its options are withheld" in leaderboard and HELD_ID not in leaderboard
+    api = client_of(None).get(reverse("campaign-detail", args=[world.ids["mixed"]])).json()
+    assert api["name"] == f"campaign #{world.ids['mixed']} (name withheld)"
+    assert client_of(maintainer).get(reverse("campaign-detail", args=[world.ids["mixed"]])).json()["name"] == \
+        f"evaluation, {HELD_ID} again"
+
+
+def test_a_retry_record_lists_its_runs_to_the_maintainers_only():
+    """A retry's audit record keeps what each run had been, the failure reason of a held-out bug's run included
+    ("GH-HELDOUT-77 crashed"): a mixed campaign's page lists them to the maintainers only."""
+    from runners.actions import do_retry_failed_runs
+
+    world = build_world()
+    mixed = Campaign.objects.get(pk=world.ids["mixed"])
+    assert do_retry_failed_runs(mixed, acting_user=world.users["maintainer"]) == [world.ids["held_failed_run"]]
+    url = reverse("runners:campaign", args=[mixed.pk])
+    for reader in ("contributor", "anonymous"):
+        body = body_of(client_of(world.users[reader]).get(url))
+        assert "queued 1 failed or cancelled run(s) again" in body and HELD_ID not in body, reader
+    assert f"{HELD_ID} crashed" in body_of(client_of(world.users["maintainer"]).get(url))
+    public = Campaign.objects.get(pk=world.ids["other"])  # a campaign of public bugs lists them to everyone
+    public.runs.update(status="failed", failure_reason="public crash")
+    do_retry_failed_runs(public, acting_user=world.users["maintainer"])
+    assert "public crash" in body_of(client_of(None).get(reverse("runners:campaign", args=[public.pk])))
 
 
 def bug_with_a_detection(bug_id, detector, campaign):

@@ -6,6 +6,8 @@ The suite builds one environment at most, in the run-once pass, under a folder t
 (``TEST_ENVIRONMENTS``): the first build on a machine takes about 20 s with a warm uv cache (minutes without),
 later ones find it built."""
 import json
+import os
+import shutil
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -106,6 +108,44 @@ def test_the_default_environment_is_the_workers_own_interpreter():
     assert default.is_default and default_environment() == default
     assert default.torch.startswith("2.13.0") and default.name == f"py3.11-torch{default.torch}".replace("+", "_")
     assert environment_python(default) == Path(sys.executable) == environment_python(None)
+
+
+def test_the_default_environment_is_never_a_built_record_that_has_its_name():
+    """A built environment of the same torch and nothing else has the name the default's packages give: the
+    default record is made apart, under that name and "-default", and found again."""
+    name = default_environment().name
+    PythonEnvironment.objects.all().delete()
+    built = environment(name=name, torch="2.13.0")
+    default = default_environment()
+    assert default.is_default and default != built and default.name == f"{name}-default"
+    assert default_environment() == default and not PythonEnvironment.objects.get(pk=built.pk).is_default
+
+
+def test_a_build_that_stops_while_writing_its_marker_leaves_none(settings, tmp_path, monkeypatch):
+    """The marker says an environment is built: written whole or not at all, so that a build stopped half-way (the
+    disk full) is built again, not found with a marker that cannot be read."""
+    from runners import environments
+
+    settings.SILENTBENCH_ENVIRONMENTS_DIR = tmp_path
+    monkeypatch.setattr(environments, "resolve", lambda requirements: ["torch==9.9.9"])
+
+    def build(requirements, pins, directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        return {"packages": {"torch": "9.9.9"}, "python": "3.11.7", "torch": "9.9.9", "address_space_extra_mb": 0}
+    monkeypatch.setattr(environments, "_build", build)
+    write_text = Path.write_text
+
+    def disk_full(path, data, *args, **kwargs):
+        write_text(path, data[:len(data) // 2])
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        build_environment(["torch==9.9.9"])
+    assert not list(tmp_path.glob(f"*/{BUILT_MARKER}"))
+    monkeypatch.setattr(Path, "write_text", write_text)
+    built = build_environment(["torch==9.9.9"])
+    marker = json.loads((tmp_path / built.name / BUILT_MARKER).read_text())
+    assert (built.torch, marker["torch"]) == ("9.9.9", "9.9.9")
 
 
 # --- Routing ----------------------------------------------------------------------------------------------------
@@ -336,3 +376,60 @@ def test_a_real_reproducer_runs_sealed_on_the_environments_torch(built, settings
         assert imported.partition("+")[0] == RELEASE and outcome.execution["start"] == ("warm" if warm else "cold")
         assert f"torch {imported} from {TEST_ENVIRONMENTS / built.name}/lib/python3.11/site-packages/torch" \
             in outcome.stdout
+
+
+
+SEALED_PROBE = PROGRAM_PREAMBLE + r'''
+import json, pathlib, sys
+site = pathlib.Path(sys.prefix, "lib", "python3.11", "site-packages")
+attempts = {
+    "write in the environment": lambda: pathlib.Path(sys.prefix, "written.txt").write_text("x"),
+    "append to its torch": lambda: open(site / "torch" / "version.py", "a").write("#x"),
+    "chmod its torch": lambda: os.chmod(site / "torch" / "version.py", 0o777),
+    "remove its marker": lambda: os.unlink(pathlib.Path(sys.prefix, MARKER)),
+    "read another environment": lambda: pathlib.Path(OTHER, "marker").read_text(),
+    "list the uv cache": lambda: os.listdir(UV_CACHE),
+}
+results = {}
+for name, attempt in attempts.items():
+    try:
+        attempt()
+        results[name] = "allowed"
+    except OSError as error:
+        results[name] = f"denied: {type(error).__name__}"
+results["listed beside the environment"] = sorted(os.listdir(pathlib.Path(sys.prefix).parent))
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+report(event="oracle", manifested=False, trigger_step=None, summary=json.dumps(results))
+'''
+
+
+@pytest.mark.once
+@pytest.mark.integration
+def test_a_run_in_an_environment_cannot_write_into_it_nor_see_the_uv_cache_or_other_environments(built, settings):
+    """A run in a built environment (warm from its zygote, and cold) can neither change that environment's files
+    (a later run would inherit them) nor read uv's cache or another environment of the folder holding them all:
+    listing that folder shows its own environment only."""
+    directory = TEST_ENVIRONMENTS / built.name
+    torch_version = directory / "lib" / "python3.11" / "site-packages" / "torch" / "version.py"
+    before = (torch_version.read_bytes(), torch_version.stat().st_mode)
+    other = TEST_ENVIRONMENTS / f"another-environment-{os.getpid()}"  # no marker: never taken for a build
+    other.mkdir()
+    try:
+        (other / "marker").write_text("another environment")
+        program = (SEALED_PROBE.replace("MARKER", repr(BUILT_MARKER)).replace("OTHER", repr(str(other)))
+                   .replace("UV_CACHE", repr(str(settings.SILENTBENCH_UV_CACHE_DIR))))
+        probe = ReproducerVersionFactory(files={"repro.py": program})
+        for warm in (True, False):
+            settings.SILENTBENCH_WARM_START = warm
+            outcome = execute(Run(reproducer_version=probe, detector=detector_record("plain"), variant="fixed",
+                                  seed=0, steps=1, python_environment=built))
+            assert outcome.succeeded, (outcome.failure_reason, outcome.stderr[-2000:])
+            results = json.loads(outcome.oracle["summary"])
+            assert results.pop("listed beside the environment") == [built.name], warm
+            assert set(results) == {"write in the environment", "append to its torch", "chmod its torch",
+                                    "remove its marker", "read another environment", "list the uv cache"}
+            assert all(result.startswith("denied") for result in results.values()), (warm, results)
+    finally:
+        shutil.rmtree(other)
+    assert not (directory / "written.txt").exists() and (directory / BUILT_MARKER).exists()
+    assert (torch_version.read_bytes(), torch_version.stat().st_mode) == before

@@ -102,6 +102,26 @@ def test_another_campaign_is_chosen_by_id_and_a_wrong_one_says_so(client, matrix
     assert client.get("/results/versions.csv", {"campaign": 999}).status_code == 404
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 30])
+@pytest.mark.parametrize("address", ["/results/versions/", "/results/versions.csv"])
+def test_a_campaign_that_no_id_can_name_is_not_found(client, matrix, address, value):
+    """A superscript digit (isdigit, but no int) or a number past any key is a 404, not a 500."""
+    assert client.get(address, {"campaign": value}).status_code == 404
+
+
+def test_two_campaigns_of_the_same_seeds_are_judged_over_all_their_runs(client):
+    version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-A")))
+    env = environment("2.11.0")
+    ids = []
+    for name in ("one", "two"):
+        campaign = CampaignFactory(name=name, parameters={MATRIX_KEY: {"releases": ["2.11.0"]}})
+        runs(campaign, version, env, "buggy", "mmm")
+        runs(campaign, version, env, "fixed", "---")
+        ids.append(campaign.pk)
+    both = table(client.get("/results/versions/", {"campaign": ids}).content.decode(), "version-matrix")
+    assert both[0]["torch 2.11.0"] == "reproduces buggy 6/6, fixed 0/6 verified"
+
+
 def test_without_a_matrix_campaign_the_page_says_how_to_make_one(client):
     response = client.get("/results/versions/")
     assert response.status_code == 200

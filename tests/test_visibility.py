@@ -17,7 +17,7 @@ from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
 from evaluation.models import Bisection
-from runners.models import Campaign, Run
+from runners.models import Campaign, DetectorVersion, Run
 
 from .factories import (
     GOOD_REPRODUCER,
@@ -89,6 +89,9 @@ def build_world():
         "hidden_alarm": AlarmFactory(run=hidden_run, message=SECRET).pk,
         "public_campaign": public_campaign.pk, "hidden_campaign": hidden_campaign.pk,
         "token": do_create_api_token("laptop", acting_user=submitter)[0].pk,
+        "pending_detector": DetectorVersion.objects.create(
+            name="secret_watch", version="1", code=f"# {SECRET}\n", code_hash="ab" * 32, submitted_by=submitter,
+            interface={"integration": "drop-in"}, description=SECRET).pk,
         "hidden_bisection": Bisection.objects.create(bug=hidden_bug, reproducer_version=unreviewed, good="2.9.0",
                                                      bad="2.13.0", seeds=[0]).pk,
     }
@@ -226,6 +229,19 @@ CASES = [
     Case("api-token", {}, expect(405, 405, 405, 405)),
     Case("api-schema", {}, PUBLIC),
     Case("api-docs", {}, PUBLIC),
+    Case("detector-submission-list", {}, SIGNED_IN_API),
+    Case("detector-submission-list", {}, expect(401, 400, 400, 400), method="post"),
+    Case("detector-submission-detail", {"pk": "pending_detector"}, expect(401, 200, 404, 200)),
+    Case("detector-submission-review", {"pk": "pending_detector"}, expect(401, 403, 403, 400), method="post"),
+    Case("runners:submit_detector", {}, SIGNED_IN),
+    Case("runners:my_detectors", {}, SIGNED_IN),
+    Case("runners:detector_review_queue", {}, MAINTAINERS),
+    Case("runners:review_detector", {"pk": "pending_detector"}, MAINTAINERS),
+    Case("runners:review_detector", {"pk": "pending_detector"}, MAINTAINERS, method="post",
+         data={"decision": "reject"}),
+    Case("leaderboard-entries", {"fmt": "csv"}, PUBLIC),
+    Case("leaderboard-entry", {"pk": "pending_detector"}, expect(404, 404, 404, 404)),  # never scored
+    Case("leaderboard-detector", {"name": "secret_watch"}, HIDDEN),  # its only version is pending
     # --- accounts ---
     Case("accounts:signup", {}, PUBLIC),
     Case("accounts:account", {}, SIGNED_IN),
