@@ -5,7 +5,7 @@ from core.cli import comma_list, positive_int
 from evaluation.actions import do_create_version_matrix
 from runners.bisection import release_environment, release_key
 from runners.environments import EnvironmentBuildError
-from runners.selectors import live_workers
+from runners.selectors import live_workers, runnable_versions
 
 
 class Command(BaseCommand):
@@ -25,10 +25,11 @@ class Command(BaseCommand):
             releases = sorted(dict.fromkeys(options["releases"]), key=release_key)
         except ValueError as error:
             raise CommandError(str(error)) from error
+        versions = runnable_versions()  # of several environments of a release, the one most of them run in
         environments = []
         for release in releases:
             try:
-                environment = release_environment(release)
+                environment = release_environment(release, versions)
             except (ValueError, EnvironmentBuildError) as error:
                 raise CommandError(f"torch {release}: {error}") from error
             self.stdout.write(f"torch {release}: environment {environment.name}")
