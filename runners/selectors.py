@@ -123,7 +123,9 @@ def shown_command(command, user):
 def shows_every_run(campaign, user):
     """Whether ``user`` sees every run of ``campaign``, one they may see (visible_campaigns): all but the runs of
     held-out bugs, which only the maintainers see."""
-    return sees_held_out(user) or not campaign.runs.filter(reproducer_version__reproducer__bug__held_out=True).exists()
+    if sees_held_out(user) or not held_out_bug_ids():  # no bug held out: no need to look through its runs
+        return True
+    return not campaign.runs.filter(reproducer_version__reproducer__bug__held_out=True).exists()
 
 
 def shown_parameters(campaign, user):
