@@ -31,6 +31,7 @@ from .models import (
     CampaignState,
     Detector,
     DetectorVersion,
+    PythonEnvironment,
     Run,
     RunFailureKind,
     Variant,
@@ -222,6 +223,10 @@ class CampaignSerializer(serializers.ModelSerializer):
                                                             "include_cuda) run at their latest approved version.")
     pipelines = serializers.ListField(child=serializers.CharField(max_length=50), write_only=True, default=list,
                                       max_length=100, help_text="Clean reference pipelines (their fixed variant).")
+    environments = serializers.SlugRelatedField(
+        slug_field="name", queryset=PythonEnvironment.objects.all(), many=True, write_only=True, required=False,
+        help_text="Names of recorded Python environments (torch releases) to run in, e.g. py3.11-torch2.11.0; "
+                  "none: the workers' own. A reproducer runs only in those its needs.packages allow.")
     include_cuda = serializers.BooleanField(default=False, write_only=True,
                                             help_text="Also the bugs' CUDA reproducers (they need a GPU worker).")
     detectors = serializers.ListField(child=serializers.CharField(max_length=64), write_only=True, min_length=1,
@@ -235,7 +240,8 @@ class CampaignSerializer(serializers.ModelSerializer):
     class Meta:
         model = Campaign
         fields = ["id", "name", "purpose", "state", "created_at", "completed_at", "cancelled_at", "parameters",
-                  "progress", "bugs", "pipelines", "include_cuda", "detectors", "variants", "seeds", "steps"]
+                  "progress", "bugs", "pipelines", "include_cuda", "environments", "detectors", "variants", "seeds",
+                  "steps"]
         read_only_fields = ["purpose", "created_at", "completed_at", "cancelled_at", "parameters"]
 
     def get_progress(self, campaign) -> dict:
@@ -314,7 +320,7 @@ class CampaignViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         try:
             return CampaignPlan.resolve(bugs=data["bugs"], pipelines=data["pipelines"], detectors=data["detectors"],
                                         variants=data["variants"], seeds=data["seeds"], steps=data.get("steps"),
-                                        cuda=data["include_cuda"])
+                                        cuda=data["include_cuda"], environments=data.get("environments") or None)
         except DjangoValidationError as error:
             raise ValidationError(error.message_dict) from error
 

@@ -7,7 +7,7 @@ from bugs.models import Bug, BugStatus, Reproducer, ReviewState
 from core.enums import Variant
 
 from .detectors import all_plugins
-from .models import RunFailureKind
+from .models import PythonEnvironment, RunFailureKind
 from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
 
@@ -41,6 +41,11 @@ class CampaignForm(forms.Form):
     seeds = forms.CharField(initial="0", help_text="Seeds or ranges, e.g. 0-2 or 0, 5, 9.")
     steps = forms.IntegerField(required=False, min_value=1, max_value=MAX_STEPS,
                                help_text="Leave empty for each reproducer's default.")
+    environments = forms.ModelMultipleChoiceField(
+        queryset=PythonEnvironment.objects.all(), required=False, to_field_name="name",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Python environments (torch releases) to run in; none: the workers' own. A reproducer runs only in "
+                  "those its needs.packages allow.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -66,7 +71,8 @@ class CampaignForm(forms.Form):
         try:
             self.plan = CampaignPlan.resolve(bugs=data["bugs"], pipelines=data["pipelines"],
                                              detectors=data["detectors"], variants=data["variants"],
-                                             seeds=data["seeds"], steps=data["steps"], cuda=data["include_cuda"])
+                                             seeds=data["seeds"], steps=data["steps"], cuda=data["include_cuda"],
+                                             environments=list(data["environments"]) or None)
         except ValidationError as error:
             for field, messages in error.message_dict.items():
                 self.add_error(field if field in self.fields else None, messages)

@@ -7,6 +7,7 @@ The suite builds one environment at most, in the run-once pass, under a folder t
 later ones find it built."""
 import json
 import os
+import re
 import shutil
 import sys
 from datetime import timedelta
@@ -49,7 +50,7 @@ from runners.routing import (
 from runners.selectors import runnable_versions
 from runners.tasks import consume_environment_queues, execute_run
 
-from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory, RunFactory
+from .factories import PROGRAM_PREAMBLE, MaintainerFactory, ReproducerVersionFactory, RunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -216,6 +217,36 @@ def test_a_plan_whose_environments_none_of_its_reproducers_apply_to_is_refused()
         CampaignPlan.build([version_needing(["torch>=2.4"])], [detector_record("plain")],
                            environments=[environment("py3.11-torch2.3.0", "2.3.0")])
     assert "No chosen reproducer declares packages" in refused.value.message_dict["environments"][0]
+
+
+def test_a_maintainer_asks_for_environments_in_the_api_and_the_builder(client):
+    """``environments`` by name in POST /api/campaigns/ and in the campaign builder; an unknown name is a 400 that
+    names it, and nothing is created."""
+    other = environment()
+    version = version_needing(["torch>=2.0"])
+    version.reproducer.bug.status = "verified"
+    version.reproducer.bug.save()
+    client.force_login(MaintainerFactory())
+    body = {"name": "on 2.11", "bugs": [version.reproducer.bug.bug_id], "detectors": ["plain"], "variants": ["buggy"],
+            "seeds": [0], "environments": [other.name]}
+    created = client.post("/api/campaigns/", body, content_type="application/json")
+    assert created.status_code == 201, created.content
+    campaign = Campaign.objects.get(pk=created.json()["id"])
+    assert list(campaign.runs.values_list("python_environment__name", "queue")) == [(other.name, f"cpu.{other.name}")]
+    refused = client.post("/api/campaigns/", {**body, "environments": ["py3.11-torch9.9.9"]},
+                          content_type="application/json")
+    assert refused.status_code == 400 and "py3.11-torch9.9.9" in refused.content.decode()
+    assert Campaign.objects.count() == 1
+    page = client.get("/campaigns/new/").content.decode()
+    assert f'value="{other.name}"' in page
+    form = {"name": "builder", "bugs": [version.reproducer.bug.bug_id], "detectors": ["plain"], "variants": ["buggy"],
+            "seeds": "0", "environments": [other.name, default_environment().name]}
+    preview = client.post("/campaigns/new/", form).content.decode()
+    plan = re.search(r'name="plan" value="([^"]+)"', preview)[1]
+    client.post("/campaigns/new/", {**form, "plan": plan, "confirm": "1"})
+    built = Campaign.objects.get(name="builder")
+    assert sorted(built.runs.values_list("python_environment__name", flat=True)) == sorted(
+        [other.name, default_environment().name])
 
 
 def test_the_run_and_campaign_pages_name_the_environment(client):
