@@ -112,17 +112,17 @@ BUG = {"bug_id": "GH-5151", "title": "Parsed twice", "framework": "pytorch", "fa
 
 @pytest.fixture
 def parses(monkeypatch):
-    """Counts ``ast.parse`` calls per file name while a submission is checked."""
-    import bugs.submissions
+    """Counts ``ast.parse`` calls per file name while a submission is checked (core.python_source parses them)."""
+    import core.python_source
 
     counted = Counter()
-    real_parse = bugs.submissions.ast.parse
+    real_parse = core.python_source.ast.parse
 
     def parse(source, filename="<unknown>", *args, **kwargs):
         counted[str(filename)] += 1
         return real_parse(source, filename, *args, **kwargs)
 
-    monkeypatch.setattr(bugs.submissions.ast, "parse", parse)
+    monkeypatch.setattr(core.python_source.ast, "parse", parse)
     return counted
 
 

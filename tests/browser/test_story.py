@@ -77,7 +77,7 @@ def test_from_sign_up_to_a_paper_table(page, browser, live_site, celery_worker, 
     assert Run.objects.count() == 0
 
     # The maintainer reads the highlighted code and approves it; verification starts.
-    mona.get_by_role("navigation").get_by_role("link", name="Review").click()
+    mona.get_by_role("navigation").get_by_role("link", name="Review", exact=True).click()
     mona.get_by_role("link", name="Read and review").click()
     expect(mona.locator("h1")).to_contain_text("GH-777")
     first_version = re.compile("no version of this reproducer was approved before")
