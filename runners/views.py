@@ -31,6 +31,7 @@ from .models import (
     Campaign,
     CampaignState,
     Environment,
+    EnvironmentBuild,
     Run,
     RunFailureKind,
     RunStatus,
@@ -53,9 +54,12 @@ def run_detail(request, pk):
     pair = sorted([r for r in (run, counterpart) if r is not None], key=lambda r: r.variant)
     alarms = list(run.alarms.all()[:500])
     figure = loss_figure([(r, alarms if r == run else list(r.alarms.all()[:500])) for r in pair])
+    # where the worker that ran it built its environment, and what that cost (none for the workers' own)
+    build = (EnvironmentBuild.objects.filter(environment=run.python_environment, worker=run.worker_id).first()
+             if run.python_environment_id and run.worker_id else None)
     return render(request, "runners/run_detail.html", {
         "run": run, "counterpart": counterpart, "alarms": alarms, "alarm_count": run.alarms.count(),
-        "figure": figure,
+        "figure": figure, "build": build,
     })
 
 

@@ -255,9 +255,13 @@ def test_the_run_and_campaign_pages_name_the_environment(client):
                               environments=[other])
     campaign = do_create_campaign("on 2.11", plan, enqueue=False, acting_user=None)
     run = campaign.runs.get()
-    Run.objects.filter(pk=run.pk).update(environment=current_environment(other))
+    worker = Worker.objects.create(hostname="cpu@node", queues=["cpu", f"cpu.{other.name}"], last_seen=timezone.now())
+    EnvironmentBuild.objects.create(environment=other, worker=worker, host="node", path="/envs/x", build_seconds=12.14,
+                                    size_bytes=4_735_000_000, built_at=timezone.now())
+    Run.objects.filter(pk=run.pk).update(environment=current_environment(other), worker=worker)
     page = client.get(run.get_absolute_url()).content.decode()
     assert '<strong id="python-environment">py3.11-torch2.11.0</strong>' in page
+    assert '<span class="muted" id="environment-build">(built on node in 12.1 s, 4.4\xa0GB)</span>' in page
     assert "<dt>torch</dt><dd>2.11.0</dd>" in page
     campaign_page = client.get(campaign.get_absolute_url()).content.decode()
     assert '<span id="campaign-python-environments">Python environments: py3.11-torch2.11.0</span>' in campaign_page
