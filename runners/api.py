@@ -190,18 +190,20 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run is claimed, runs, is requeued, fails or finishes (its results and alarms are stored with
         ``finished_at``, and a retry deletes them as it queues the run again: runners.actions), and only the runs
         in a state not serialized yet are read whole. A run's representation is the same for every reader. The
-        page as a whole is kept too, rendered, under the keys of its runs and the request's address (its cursor
-        links) and format, so that a page seen before is one read of the cache, neither serialized nor encoded
-        again; except in the browsable API, whose page shows the reader's name and form tokens."""
+        page as a whole is kept too, rendered, under the keys of its runs, its cursor links (absolute, and
+        reader-dependent: whether more runs the reader may see lie beyond) and its format, so that a page seen
+        before is one read of the cache, neither serialized nor encoded again; except in the browsable API, whose
+        page shows the reader's name and form tokens."""
         state = [Run._meta.get_field(name).attname for name in RUN_STATE]
         # read as plain values: building 50 model instances cost more than the rest of the page's reading
         page = self.paginate_queryset(self.filter_queryset(visible_runs(request.user)).values(*state))
         keys = {row["id"]: f"api-run:{row['id']}:{digest([row[name] for name in state])}" for row in page}
         renderer = request.accepted_renderer
+        links = [self.paginator.get_next_link(), self.paginator.get_previous_link()]
         if isinstance(renderer, BrowsableAPIRenderer):
             return self.get_paginated_response(self.representations(keys))
         rendered = cached(
-            f"api-runs:{digest([list(keys.values()), request.build_absolute_uri(), renderer.format])}",
+            f"api-runs:{digest([list(keys.values()), links, renderer.format])}",
             lambda: renderer.render(self.paginator.get_paginated_response(self.representations(keys)).data,
                                     request.accepted_media_type, self.get_renderer_context()))
         return HttpResponse(rendered, content_type=f"{renderer.media_type}; charset={renderer.charset}"

@@ -32,13 +32,14 @@ from .factories import (
     BugFactory,
     CampaignFactory,
     EnvironmentFactory,
+    MaintainerFactory,
     ReproducerFactory,
     ReproducerVersionFactory,
     RunFactory,
     StabilityCheckFactory,
     UserFactory,
 )
-from .helpers import make_runs, table
+from .helpers import client_for, make_runs, table
 
 pytestmark = pytest.mark.django_db
 # Every surface that shows an evaluation's numbers, and the false-positive count of param_not_updated on each.
@@ -475,6 +476,21 @@ def test_a_runs_api_page_is_rendered_once_for_its_runs_state_and_address(client)
     assert client.get("/api/runs/").json()["next"].startswith("http://testserver/")
     browsable = client.get("/api/runs/?format=api", HTTP_ACCEPT="text/html")
     assert browsable.status_code == 200 and browsable["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("first", ["public", "maintainer"])
+def test_a_kept_runs_page_links_each_reader_to_their_own_next_page(first):
+    """The same 50 runs are one page for the public and a maintainer, but only the maintainer has a next page: the
+    5 runs of a held-out bug before them. Whoever asks first, neither gets the other's links: the maintainer is
+    not cut off from the held-out runs, the public is not told that hidden runs exist."""
+    held_out = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(held_out=True)))
+    RunFactory.create_batch(5, reproducer_version=held_out, detector=detector_record("plain"))
+    RunFactory.create_batch(50, detector=detector_record("plain"))
+    readers = {"public": client_for(), "maintainer": client_for(MaintainerFactory())}
+    order = [first, *(reader for reader in readers if reader != first)]
+    pages = {reader: readers[reader].get("/api/runs/").json() for reader in order}
+    assert [run["id"] for run in pages["public"]["results"]] == [run["id"] for run in pages["maintainer"]["results"]]
+    assert pages["public"]["next"] is None and pages["maintainer"]["next"] is not None
 
 
 def test_the_campaign_list_shows_each_change_to_its_campaigns_and_their_runs(client, monkeypatch):
