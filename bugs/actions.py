@@ -8,6 +8,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from core import audit
+from core.review import record_review
 
 from .catalog import content_hash, reproducer_fields, version_fields
 from .models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
@@ -132,16 +133,7 @@ def do_review_version(version: ReproducerVersion, approve: bool, note: str = "",
     Approving a bug's reproducer starts its verification (k seeds of buggy and fixed, no detector;
     bugs.signals.version_approved, which runners receives) unless ``verify`` is False.
     """
-    if not approve and not note.strip():
-        raise ValidationError("A rejection needs a reason for the submitter.")
-    version = ReproducerVersion.objects.select_for_update().get(pk=version.pk)
-    if version.review_state != ReviewState.PENDING:
-        raise ValidationError(f"{version} was already reviewed ({version.get_review_state_display().lower()}).")
-    version.review_state = ReviewState.APPROVED if approve else ReviewState.REJECTED
-    version.reviewed_by = acting_user
-    version.reviewed_at = timezone.now()
-    version.review_note = note.strip()
-    version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
+    version = record_review(version, approve, note, acting_user)
     if approve and version.submitted_by_id is not None:
         Reproducer.objects.filter(pk=version.reproducer_id).update(**reproducer_fields(version.manifest))
     bug = version.reproducer.bug

@@ -11,10 +11,12 @@ detectors: drop-in ones by public bugs caught beyond the fixed twin, then held-o
 false-positive rate and the name; opt-in ones apart; ``plain`` is the baseline, never ranked."""
 from dataclasses import dataclass, field
 
+import pandas as pd
 from django.db.models import Max, Q
 from django.urls import reverse
 
 from bugs.permissions import sees_unreviewed
+from core.exports import Table
 from runners.detectors.base import DROP_IN
 from runners.models import (
     Campaign,
@@ -26,6 +28,7 @@ from runners.models import (
 )
 from runners.selectors import visible_campaigns, visible_runs
 
+from .exports import WILSON
 from .held_out import Split, held_out_scores
 from .leaderboard import BASELINE, Standing, standings
 from .results import Results, latest_evaluation, results_viewer
@@ -212,12 +215,6 @@ ENTRIES_CAPTION = (
 
 def entries_export(user=None):
     """The open leaderboard as a table (core.exports.Table), for downloads and ``manage.py export entries``."""
-    import pandas as pd
-
-    from core.exports import Table
-
-    from .exports import WILSON
-
     ranked, opt_in, baseline = open_entries(user)
     rows = []
     for entry in [*ranked, *opt_in, *([baseline] if baseline else [])]:

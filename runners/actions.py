@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from bugs.actions import do_set_verification_verdict
 from core import audit
+from core.review import record_review
 
 from .detector_submissions import name_problem
 from .environment import host_capabilities
@@ -535,14 +536,7 @@ def do_submit_detector_version(checked, link="", *, acting_user) -> DetectorVers
 
 
 def _review_detector_version(version, approve, note, acting_user):
-    if not approve and not note.strip():
-        raise ValidationError("A rejection needs a reason for the submitter.")
-    version = DetectorVersion.objects.select_for_update().get(pk=version.pk)
-    if version.review_state != DetectorReviewState.PENDING:
-        raise ValidationError(f"{version} was already reviewed ({version.get_review_state_display().lower()}).")
-    version.review_state = DetectorReviewState.APPROVED if approve else DetectorReviewState.REJECTED
-    version.reviewed_by, version.reviewed_at, version.review_note = acting_user, timezone.now(), note.strip()
-    version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
+    version = record_review(version, approve, note, acting_user)
     audit.record(acting_user, "approve" if approve else "reject", version,
                  f"{'approved' if approve else 'rejected'} detector {version}" + (f": {version.review_note}"
                                                                                  * bool(version.review_note)))

@@ -5,14 +5,10 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from bugs.models import ReproducerVersion
+from bugs.models import ReproducerVersion, ReviewState
 from core.enums import Variant
 
-
-class DetectorReviewState(models.TextChoices):
-    PENDING = "pending", "Waiting for review"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
+DetectorReviewState = ReviewState  # a detector version is reviewed as a reproducer version is (core.review)
 
 
 class DetectorVersion(models.Model):

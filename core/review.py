@@ -1,0 +1,21 @@
+"""The review of submitted code, the same for reproducer versions and detector versions: a maintainer approves or
+rejects one exact pending version, a rejection with a reason for the submitter."""
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"  # the review states (bugs.models.ReviewState)
+
+
+def record_review(version, approve, note, acting_user):
+    """Store a maintainer's decision on ``version`` (a record with ``review_state``, ``reviewed_by``,
+    ``reviewed_at`` and ``review_note``), locked for the rest of the transaction, and return it. A rejection
+    without a reason, or a version already reviewed, is refused with a ValidationError."""
+    if not approve and not note.strip():
+        raise ValidationError("A rejection needs a reason for the submitter.")
+    version = type(version).objects.select_for_update().get(pk=version.pk)
+    if version.review_state != PENDING:
+        raise ValidationError(f"{version} was already reviewed ({version.get_review_state_display().lower()}).")
+    version.review_state = APPROVED if approve else REJECTED
+    version.reviewed_by, version.reviewed_at, version.review_note = acting_user, timezone.now(), note.strip()
+    version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
+    return version
