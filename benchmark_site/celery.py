@@ -3,7 +3,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import celeryd_after_setup, worker_init
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmark_site.settings")
 
@@ -31,10 +31,13 @@ def make_broker_folders(sender, source, **kwargs):
     ensure_broker_folders(source.broker_url, source.broker_transport_options)
 
 
+# A worker's start (runners.worker.startup). The handlers import it when they run: this module is imported before
+# Django is set up.
+
 @celeryd_after_setup.connect
 def consume_auto_queues(sender, instance, **kwargs):
     """``-Q auto`` derives the queues from the host's GPUs; connected here, before any task module loads."""
-    from runners.tasks import consume_auto_queues
+    from runners.worker.startup import consume_auto_queues
 
     consume_auto_queues(instance)
 
@@ -42,6 +45,23 @@ def consume_auto_queues(sender, instance, **kwargs):
 @worker_init.connect
 def hide_worker_from_reproducers(**kwargs):
     """The main process too, before it forks its pool: its environment holds the same secrets."""
-    from runners.sandbox import hide_from_reproducers
+    from runners.executor import hide_from_reproducers
 
     hide_from_reproducers()
+
+
+@worker_process_init.connect
+def start_zygote(**kwargs):
+    """Each pool process starts its zygote at once, so that its first run does not wait for torch's import."""
+    from runners.worker.startup import start_zygote
+
+    start_zygote()
+
+
+@worker_ready.connect
+def register_and_reconcile(sender, **kwargs):
+    """The worker records itself and what its host offers, repairs what its previous life left, and beats."""
+    from runners.worker.startup import reconcile_and_beat, register_worker
+
+    register_worker(sender)
+    reconcile_and_beat(sender)

@@ -426,14 +426,14 @@ SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS = env_float("SILENTBENCH_REQUEUE_QUEUED
 SILENTBENCH_DB_RETRY_SECONDS = env_float("SILENTBENCH_DB_RETRY_SECONDS", 120.0, minimum=0)
 
 # --- Run sandbox limits (a reproducer may ask for less, never for more). ---
-SILENTBENCH_RUN_DIR = VAR_DIR / "runs"  # made by the run and fit code (runners/execution.py, runners/fitting.py)
+SILENTBENCH_RUN_DIR = VAR_DIR / "runs"  # made by the run and fit code (runners/execution.py, .../fitting.py)
 SILENTBENCH_MAX_TIME_LIMIT = env_int("SILENTBENCH_MAX_TIME_LIMIT", 600, minimum=1)
 SILENTBENCH_MAX_MEMORY_MB = env_int("SILENTBENCH_MAX_MEMORY_MB", 8192, minimum=1)
 SILENTBENCH_LOG_CAP_BYTES = env_int("SILENTBENCH_LOG_CAP_BYTES", 64 * 1024, minimum=0)
 SILENTBENCH_OUTPUT_FLOOD_BYTES = env_int("SILENTBENCH_OUTPUT_FLOOD_BYTES", 32 * 1024 * 1024, minimum=1)
 SILENTBENCH_REPORT_CAP_BYTES = env_int("SILENTBENCH_REPORT_CAP_BYTES", 16 * 1024 * 1024, minimum=1)
 SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
-# A run's run directory, /tmp and /dev/shm together (one tmpfs: runners/isolation.py), in MB.
+# A run's run directory, /tmp and /dev/shm together (one tmpfs: runners/executor/isolation.py), in MB.
 SILENTBENCH_MAX_DISK_MB = env_int("SILENTBENCH_MAX_DISK_MB", 1024, minimum=1)
 # Where the kernel or container offers no user namespaces, run untrusted code anyway (docs/security.md).
 SILENTBENCH_ALLOW_UNISOLATED = env_bool("SILENTBENCH_ALLOW_UNISOLATED", False)
@@ -444,22 +444,22 @@ SILENTBENCH_COMPILE_CACHE_MB = env_int("SILENTBENCH_COMPILE_CACHE_MB", 256, mini
 require(SILENTBENCH_COMPILE_CACHE_MB < SILENTBENCH_MAX_DISK_MB,
         f"SILENTBENCH_COMPILE_CACHE_MB ({SILENTBENCH_COMPILE_CACHE_MB}) must be less than SILENTBENCH_MAX_DISK_MB "
         f"({SILENTBENCH_MAX_DISK_MB}): each run holds a copy of its version's cache in its disk total.")
-# Fork runs from a zygote that has imported torch (runners/zygote.py); false starts every run cold.
+# Fork runs from a zygote that has imported torch (runners/executor/zygote.py); false starts every run cold.
 SILENTBENCH_WARM_START = env_bool("SILENTBENCH_WARM_START", True)
 # After its oracle record, how long a run's processes may take to end before they are killed.
 SILENTBENCH_TEARDOWN_GRACE_SECONDS = env_float("SILENTBENCH_TEARDOWN_GRACE_SECONDS", 10.0, minimum=0)
-# A worker running as root starts reproducers as this user ("" keeps root); see runners/sandbox.py.
+# A worker running as root starts reproducers as this user ("" keeps root); see runners/executor/.
 SILENTBENCH_SANDBOX_USER = os.environ.get("SILENTBENCH_SANDBOX_USER", "nobody")
-# --- Routing by need (runners/routing.py, docs/gpu-nodes.md). ---
+# --- Routing by need (runners/environments/routing.py, docs/gpu-nodes.md). ---
 SILENTBENCH_GPU_MEMORY_TIERS_GB = env_int_list("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24,40,48,80", minimum=1)
-SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))  # runners/routing.py
+SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))  # device leases
 SILENTBENCH_GPU_LEASE_WAIT_SECONDS = env_float("SILENTBENCH_GPU_LEASE_WAIT_SECONDS", 1800.0, minimum=0)
 SILENTBENCH_UNSERVABLE_GRACE_MINUTES = env_float("SILENTBENCH_UNSERVABLE_GRACE_MINUTES", 10.0, minimum=0)
 SILENTBENCH_WORKER_SEEN_MINUTES = env_float("SILENTBENCH_WORKER_SEEN_MINUTES", 10.0, minimum=0)
 require(SILENTBENCH_WORKER_SEEN_MINUTES * 60 > SILENTBENCH_HEARTBEAT_SECONDS,
         f"SILENTBENCH_WORKER_SEEN_MINUTES ({SILENTBENCH_WORKER_SEEN_MINUTES:g}) must be longer than "
         f"SILENTBENCH_HEARTBEAT_SECONDS ({SILENTBENCH_HEARTBEAT_SECONDS:g} s), or no worker ever counts as live.")
-# --- Python environments of other torch releases (runners/environments.py, docs/environments.md). ---
+# --- Python environments of other torch releases (runners/environments/, docs/environments.md). ---
 # One built environment per folder, made by the build; on the same file system as the uv cache (hard links).
 SILENTBENCH_ENVIRONMENTS_DIR = env_path("SILENTBENCH_ENVIRONMENTS_DIR", VAR_DIR / "environments")
 SILENTBENCH_UV_CACHE_DIR = env_path("SILENTBENCH_UV_CACHE_DIR", Path.home() / ".cache" / "uv")

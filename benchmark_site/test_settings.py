@@ -3,7 +3,7 @@ as in production, with the costs that only tests pay taken out. Nothing a test a
 depends on these three.
 
 Subprocesses the tests start (a Celery worker, ``manage.py quickstart``) inherit DJANGO_SETTINGS_MODULE and
-use these settings too, on the same database (runners/local_worker.py passes its URL); the tests that check
+use these settings too, on the same database (runners/worker/local.py passes its URL); the tests that check
 production behaviour set ``DJANGO_SETTINGS_MODULE=benchmark_site.settings`` themselves.
 """
 from benchmark_site.settings import *  # noqa: F403

@@ -1,5 +1,5 @@
 """Parsing submitted Python without running it: a reproducer's files (bugs.submissions) and a detector's
-module (runners.detector_submissions) go through the same parser and report a failure alike."""
+module (runners.detector_versions.submissions) go through the same parser and report a failure alike."""
 import ast
 
 

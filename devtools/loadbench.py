@@ -199,7 +199,7 @@ def gunicorn(database_url, workers, log_path, port=None, worker_class=None, thre
         wait_until_serving(base, process)
         yield base
     finally:
-        from runners.local_worker import stop_process
+        from runners.worker.local import stop_process
 
         stop_process(process)
 
@@ -233,9 +233,9 @@ def run_direct(specs, detector, concurrency):
 def run_through_workers(specs, detector, workers, log_dir, timeout=1800):
     """Start ``workers`` local worker processes (one run at a time each), queue all runs as one
     campaign, wait for it; returns the finished runs (with their timestamps)."""
-    from runners.actions import do_create_campaign
-    from runners.local_worker import start_worker, stop_process
+    from runners.actions.campaigns import do_create_campaign
     from runners.progress import wait_for_campaign
+    from runners.worker.local import start_worker, stop_process
 
     with ExitStack() as stack:
         for i in range(workers):
@@ -255,9 +255,9 @@ def run_through_workers(specs, detector, workers, log_dir, timeout=1800):
 
 def idle_dispatch(specs, detector, log_dir, timeout=600):
     """Queued-to-started latency of single runs with an idle worker waiting (no backlog)."""
-    from runners.actions import do_create_campaign
-    from runners.local_worker import local_worker
+    from runners.actions.campaigns import do_create_campaign
     from runners.progress import wait_for_campaign
+    from runners.worker.local import local_worker
 
     latencies = []
     with local_worker(log_dir / "bench-load-idle.log", name="benchloadidle"):

@@ -4,7 +4,7 @@ Everything made here is marked: campaign names start with ``synthetic``, their p
 environments' facts say ``"synthetic": true``, alarm messages start with ``synthetic``. It is never
 measured data. Runs cover the real (loaded) reproducer versions x detectors x variants x seeds in
 several environments, with mostly succeeded runs, some failures with the sentences and kinds the real
-sandbox and worker write (runners.sandbox, runners.failures), small step records,
+sandbox and worker write (runners.failures), small step records,
 trigger steps, oracle verdicts and alarms; plus stability checks of every bug reproducer across
 environments and one stored evaluation over a small campaign.
 
@@ -26,11 +26,11 @@ from django.utils import timezone
 
 from bugs.models import ReproducerVersion
 from core.audit import actor_label
-from runners import sandbox
+from runners import failures
+from runners.actions.detectors import do_sync_detectors
 from runners.execution import run_limits
 from runners.failures import cancelled_before_start, kind_of, no_oracle_report
 from runners.models import Alarm, Campaign, Environment, Run, RunFailureKind, RunStatus, StabilityCheck
-from runners.registry import sync_detectors
 
 PREFIX = "synthetic"
 STEPS = 20
@@ -53,12 +53,12 @@ ENVIRONMENTS = [
 # (share of failures, exit code, the real builder of the reason, its arguments given the run's sandbox
 # Limits): the kind follows from the builder (runners.failures.kind_of), as it does for a real run.
 FAILURES = [
-    (0.35, -9, sandbox.time_limit_exceeded, lambda limits: (limits,)),
-    (0.25, 1, sandbox.crashed, lambda limits: (1, "RuntimeError: Expected all tensors to be on the same device")),
-    (0.15, 1, sandbox.out_of_memory, lambda limits: (limits, "MemoryError")),
-    (0.10, -9, sandbox.output_flood, lambda limits: (limits,)),
+    (0.35, -9, failures.time_limit_exceeded, lambda limits: (limits,)),
+    (0.25, 1, failures.crashed, lambda limits: (1, "RuntimeError: Expected all tensors to be on the same device")),
+    (0.15, 1, failures.out_of_memory, lambda limits: (limits, "MemoryError")),
+    (0.10, -9, failures.output_flood, lambda limits: (limits,)),
     (0.10, 0, no_oracle_report, lambda limits: ()),
-    (0.05, 1, sandbox.write_refused,
+    (0.05, 1, failures.write_refused,
      lambda limits: ("PermissionError: [Errno 13] Permission denied: '/usr/lib/python3/dist-packages/x.pth'",)),
 ]
 
@@ -324,7 +324,7 @@ def seed_history(runs=100_000, alarms=1_000_000, campaigns=None, seed=0, evaluat
     versions = latest_versions()
     if not versions:
         raise ValueError("no reproducer versions: load the catalog first (manage.py load_catalog)")
-    detectors = list(sync_detectors().values())
+    detectors = list(do_sync_detectors().values())
     campaigns = campaigns or max(1, round(runs / 2500))
     now = timezone.now()
     with timed(made, "setup"):

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from core import audit
 from core.enums import Variant
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
     ReleaseOutcome,
     final_release,

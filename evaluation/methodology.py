@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from bugs.models import Bug, BugStatus, Reproducer, Strategy
 from core.enums import Variant
 from core.markdown import markdown_html
-from runners import fitting
+from runners.detector_versions import fitting
 from runners.detectors import all_plugins
 from runners.detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 from runners.models import StabilityCheck
@@ -110,7 +110,7 @@ def sections():
             *doc(overhead), f"Warm-up steps left out of the step time: {overhead.WARM_UP_STEPS}.",
         ), ("evaluation/overhead.py",)),
         Section("fit", "The fit phase", (*doc(fitting), *term("Held-out references", fitting.is_fit_reference)),
-                ("runners/fitting.py",)),
+                ("runners/detector_versions/fitting.py",)),
         Section("leaderboard", "The leaderboard", doc(leaderboard), ("evaluation/leaderboard.py",)),
         Section("held-out-bugs", "Held-out bugs", doc(held_out), ("evaluation/held_out.py", "bugs/selectors.py")),
     )

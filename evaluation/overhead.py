@@ -9,7 +9,8 @@ offline check). The table gives the median ratio over pairs. Fit and check are t
 import logging
 import statistics
 
-from runners.actions import do_cancel_campaign, do_create_campaign, do_give_up_running_runs
+from runners.actions.campaigns import do_cancel_campaign, do_create_campaign
+from runners.actions.runs import do_give_up_running_runs
 from runners.models import CampaignPurpose, RunStatus
 from runners.plans import CampaignPlan
 from runners.tasks import execute_run

@@ -139,7 +139,7 @@ def detection_table(runs=None, judged=None):
 def false_positive_table(runs=None, judged=None):
     """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines.
 
-    A fitted detector never runs on a pipeline it was fitted on (runners.fitting), so every clean run
+    A fitted detector never runs on a pipeline it was fitted on (runners.detector_versions.fitting), so every clean run
     here is a program not used to fit. ``per_check_fp_rate`` is TrainCheck's per-check rate, for
     detectors that report the rules they deploy: rules failed on clean runs / rules deployed, pooled.
     """

@@ -21,12 +21,12 @@ from django.conf import settings
 
 from core.enums import Variant
 from core.exports import export
-from runners.actions import do_create_campaign
-from runners.local_worker import wait_with_local_worker
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.models import CampaignPurpose, Run, RunStatus
 from runners.plans import CampaignPlan, PlannedRun
-from runners.registry import detector_record
 from runners.selectors import runnable_versions, shown_command
+from runners.worker.local import wait_with_local_worker
 
 from .held_out import public_tables
 from .metrics import AlarmPoint, detected_beyond_clean
@@ -35,7 +35,7 @@ from .overhead import do_measure_overhead
 DETECTOR = "traincheck"
 DATA_FILE = settings.BASE_DIR / "docs" / "traincheck-protocols.json"  # the measured figures; the page renders them
 CHECK_SEED = 0  # every checked run; the per-bug fit runs the fixed variant at DETECTION_CONFIG's fit_seed
-# The paper's kind of reference for a bug: a clean run of the same pipeline (runners.fitting.reference_versions).
+# The paper's kind of reference for a bug: a clean run of the same pipeline (runners.detector_versions.fitting.reference_versions).
 DETECTION_CONFIG = {"fit_on_self": True, "fit_seed": 1}
 # Leave-one-out over the clean pipelines: each held-out pipeline is checked against a fit on all the others.
 FALSE_POSITIVE_CONFIG = {"fit_pipelines": None}
@@ -286,8 +286,8 @@ def measure_runs(bug_ids, folds, concurrency, write):
     seed) and ``folds`` held-out pipelines (each fits on the five others), then the fixed variants against the
     cached per-bug fits. Two campaigns, so that no two runs fit the same thing at once. A bug that no relation can
     state is not run: nothing could count for it. Returns (detection, false positives, campaign IDs)."""
-    detection_detector = detector_record(DETECTOR, DETECTION_CONFIG)
-    fold_detector = detector_record(DETECTOR, FALSE_POSITIVE_CONFIG)
+    detection_detector = do_record_detector(DETECTOR, DETECTION_CONFIG)
+    fold_detector = do_record_detector(DETECTOR, FALSE_POSITIVE_CONFIG)
     # written to docs/ for everyone: never a held-out bug (evaluation.held_out)
     every_bug = [version for version in (runnable_versions(bug_ids) if bug_ids is None or bug_ids else [])
                  if not version.reproducer.bug.held_out]
@@ -392,9 +392,9 @@ def measure_overhead(pairs, write):
     the 100 best-supported invariants of the workload's leave-one-out fit deployed."""
     workload = next(version for version in runnable_versions(pipelines=True)
                     if version.reproducer.name == OVERHEAD_WORKLOAD)
-    detector = detector_record(DETECTOR, OVERHEAD_CONFIG)
+    detector = do_record_detector(DETECTOR, OVERHEAD_CONFIG)
     write(f"Overhead: {pairs} interleaved pairs on {workload.reproducer}, {DEPLOYED_FOR_OVERHEAD} invariants.")
-    campaign, records = do_measure_overhead(workload, [detector], detector_record("plain"), pairs, None, write)
+    campaign, records = do_measure_overhead(workload, [detector], do_record_detector("plain"), pairs, None, write)
     checked = campaign.runs.filter(detector=detector, status=RunStatus.SUCCEEDED).order_by("id")
     deployed = sorted({(run.detector_summary or {}).get("rules_deployed") for run in checked} - {None})
     fitted = next((run.fit_artifact for run in checked if run.fit_artifact_id), None)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .actions import do_cancel_campaign, do_retry_failed_runs
+from .actions.campaigns import do_cancel_campaign, do_retry_failed_runs
 from .models import (
     Alarm,
     Campaign,

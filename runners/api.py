@@ -13,16 +13,15 @@ from rest_framework.response import Response
 
 from core.caching import cached, cached_many, digest
 
-from .actions import (
+from .actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from .actions.detector_versions import (
     do_approve_detector_version,
-    do_cancel_campaign,
-    do_create_campaign,
     do_reject_detector_version,
-    do_retry_failed_runs,
     do_submit_detector_version,
 )
 from .completed import cached_status_counts
-from .detector_submissions import check_submission
+from .detector_versions.registry import detector_listing, with_plugin_facts
+from .detector_versions.submissions import check_submission
 from .detectors.base import INTEGRATIONS
 from .models import (
     Alarm,
@@ -38,7 +37,6 @@ from .models import (
 )
 from .permissions import CanReviewDetectors, CanTriggerCampaigns, can_review_detectors, detector_submission_refusal
 from .plans import MAX_SEED, MAX_SEEDS, MAX_STEPS, CampaignPlan
-from .registry import detector_listing, with_plugin_facts
 from .selectors import shown_name, shown_parameters, visible_alarms, visible_campaigns, visible_runs
 
 

@@ -22,11 +22,11 @@ from packaging.version import InvalidVersion, Version
 
 from core.enums import Variant
 
-from .environments import build_environment, default_environment
+from .actions.detectors import do_record_detector
+from .environments.python_environments import build_environment, default_environment
+from .environments.routing import queue_for
 from .models import PythonEnvironment, Run, RunStatus
 from .plans import CampaignPlan, PlannedRun, runs_in
-from .registry import detector_record
-from .routing import queue_for
 from .selectors import live_workers
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/json"
@@ -267,7 +267,7 @@ def probe_plan(version, environments, seeds, steps=None):
     the reproducer declares (``needs.packages``, which ``CampaignPlan.build`` keeps to): a probe checks where the
     bug is, and a release on which the reproducer cannot run fails and is skipped. Its seeds and steps are checked
     as a bisection starts (evaluation.actions.do_start_bisection), its approval as the campaign is created."""
-    detector = detector_record("plain")
+    detector = do_record_detector("plain")
     seeds = tuple(seeds)
     runs = tuple(PlannedRun(version, detector, Variant.BUGGY, seed, environment)
                  for environment in environments for seed in seeds)

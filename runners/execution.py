@@ -13,23 +13,28 @@ from pathlib import Path, PurePosixPath
 from django.conf import settings
 
 from . import compile_cache
-from .detectors.base import DETECTOR_MODULE_ENV, RunContext
-from .environments import (
-    EnvironmentBuildError,
-    address_space_extra_mb,
-    environment_python,
-    is_default,
-    missing_packages,
+from .detector_versions.registry import plugin_for
+from .detector_versions.submitted import SubmittedPlugin
+from .detectors.base import DETECTOR_MODULE_ENV, PROBE_START, RunContext
+from .environments.python_environments import address_space_extra_mb, environment_python, is_default, missing_packages
+from .environments.routing import device_nodes, visible_devices
+from .executor import Limits, run_sandboxed
+from .failures import (
+    DetectorSetupFailed,
+    RunRefused,
+    Unapproved,
+    Unservable,
+    environment_lacks_packages,
+    error_text,
+    kind_of,
+    no_oracle_report,
+    offline_check_failed,
+    program_failure,
+    too_many_records,
 )
-from .failures import detector_setup_failed, no_oracle_report, offline_check_failed, sandbox_kind
-from .models import RunFailureKind
-from .registry import plugin_for
 from .report import parse_report
-from .routing import device_nodes, environment_lacks_packages, visible_devices
-from .sandbox import Limits, run_sandboxed
-from .submitted_plugins import SubmittedPlugin
 
-PROBE_DIR = Path(__file__).resolve().parent / "probe"
+PROBE_DIR = Path(__file__).resolve().parent / "detectors" / "probe"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Passed through because some CPUs need them for correct BLAS results; nothing secret.
 PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "TZ")
@@ -138,15 +143,10 @@ def forged_alarms_note(count):
             "detectors, never from the reproducer.")
 
 
-class UnapprovedVersion(PermissionError):
-    """``execute`` was asked to run a version no maintainer approved."""
-
-
-def refused_here(reason):
-    """The outcome of a run this worker cannot serve at all (its environment is not built here, or lacks what
-    its detector needs): nothing ran."""
-    return RunOutcome(succeeded=False, failure_reason=reason, failure_kind=RunFailureKind.UNSERVABLE, exit_code=None,
-                      wall_seconds=0.0, stdout="", stderr="", output_truncated=False)
+def refused(refusal, summary=None):
+    """The outcome of a run refused before its program ran (``refusal``, a RunRefused): nothing ran."""
+    return RunOutcome(succeeded=False, failure_reason=refusal.reason, failure_kind=refusal.kind, exit_code=None,
+                      wall_seconds=0.0, stdout="", stderr="", output_truncated=False, detector_summary=summary or {})
 
 
 def execute(run, devices=()):
@@ -156,21 +156,28 @@ def execute(run, devices=()):
     A detector that works from outside (TrainCheck) runs its own copy of the script and checks the run's
     trace afterwards, while the directory still exists; its offline time is measured apart. A submitted
     detector's code is never imported here: its probe is imported inside the run's sandbox and its offline
-    check runs in a sandbox of its own (runners.submitted_plugins).
+    check runs in a sandbox of its own (runners.detector_versions.submitted). A refusal before the program runs
+    (a RunRefused: not approved, an environment this worker cannot serve, the detector's preparation) is the
+    outcome, with what the detector noted so far.
     """
+    summary = {}
+    try:
+        return _execute(run, devices, summary)
+    except RunRefused as refusal:
+        return refused(refusal, summary)
+
+
+def _execute(run, devices, summary):
     version = run.reproducer_version
     if not version.is_approved:  # every caller comes through here: unapproved code never starts
-        raise UnapprovedVersion(f"{version} is not approved by a maintainer; it cannot run.")
+        raise Unapproved(f"{version} is not approved by a maintainer; it cannot run.")
     plugin = plugin_for(run.detector)
     environment, python, extra_mb = run.python_environment, None, 0
     if not is_default(environment):  # another torch release: its own interpreter, sealed the same way
         missing = missing_packages(plugin, environment)
         if missing:
-            return refused_here(environment_lacks_packages(plugin.name, environment.name, missing))
-        try:
-            python, extra_mb = environment_python(environment), address_space_extra_mb(environment)
-        except EnvironmentBuildError as error:
-            return refused_here(str(error))
+            raise Unservable(environment_lacks_packages(plugin.name, environment.name, missing))
+        python, extra_mb = environment_python(environment), address_space_extra_mb(environment)
     base_limits = run_limits(version)
     limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor,
                      address_space_extra_mb=extra_mb)
@@ -194,31 +201,31 @@ def execute(run, devices=()):
         declared = declared_environment(version)
         env.update(declared)
         context = RunContext(workdir=workdir, entrypoint=version.entrypoint, config=run.detector.config, env=env,
-                             limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None)
+                             limits=limits, fit_artifact=run.fit_artifact.content if run.fit_artifact else None,
+                             summary=summary)
         argv = [str(python or sys.executable), version.entrypoint, "--variant", run.variant,
                 "--seed", str(run.seed), "--steps", str(run.steps)]
         try:
             command = plugin.command(argv, context)
         except RuntimeError as error:  # the detector's own preparation (TrainCheck instruments the script)
-            return RunOutcome(succeeded=False, failure_reason=detector_setup_failed(error),
-                              failure_kind=RunFailureKind.INTERNAL, exit_code=None, wall_seconds=0.0, stdout="",
-                              stderr="", output_truncated=False, detector_summary=context.summary)
+            raise DetectorSetupFailed(error_text(error)) from error
         cold_reason = cold_start_reason(plugin, argv, command, declared, devices)
         if not cold_reason:
             env.pop("SILENTBENCH_ALARM_KEY", None)  # a warm probe gets it in memory
         preload = context.preload or plugin.preload
         result = run_sandboxed(command, context.cwd or workdir, env, limits, warm=not cold_reason,
                                preload=preload, report_path=report_path,
-                               alarm_key="" if cold_reason else alarm_key, devices=device_nodes(devices),
-                               python=python)
+                               alarm_key="" if cold_reason else alarm_key,
+                               probe=PROBE_START if plugin.instruments and not cold_reason else "",
+                               devices=device_nodes(devices), python=python)
         report = parse_report(result.report_text, alarm_key=alarm_key or None)
-        failure = result.failure(limits)
+        failure = program_failure(result, limits)
         if failure is None:
             started = time.monotonic()
             try:
                 offline_alarms = plugin.analyze(context, report)
             except RuntimeError as error:
-                analysis_error = offline_check_failed(error)
+                analysis_error = offline_check_failed(error_text(error))
             analysis_seconds = time.monotonic() - started
             # Only runs of the repository's own detectors add to the cache: a submitted detector's install() and
             # analyze() could plant files there that later runs of other detectors would load (compile_cache).
@@ -230,19 +237,19 @@ def execute(run, devices=()):
 
     kind, reason = "", ""
     if failure is not None:
-        kind, reason = sandbox_kind(failure), failure.reason
+        kind, reason = failure.kind, failure.reason
     elif analysis_error:
-        kind, reason = RunFailureKind.INTERNAL, analysis_error
+        kind, reason = kind_of(offline_check_failed), analysis_error
     elif report.over_cap:
-        kind, reason = RunFailureKind.PROTOCOL, report.over_cap
+        kind, reason = kind_of(too_many_records), report.over_cap
     elif report.oracle is None:
-        kind, reason = RunFailureKind.PROTOCOL, no_oracle_report()
+        kind, reason = kind_of(no_oracle_report), no_oracle_report()
     if not cold_reason and not result.started_warm:
         cold_reason = "this worker cannot seal runs in namespaces, and warm starts need them"
     execution = {
         "start": "cold" if cold_reason else "warm",
         "cold_reason": cold_reason,
-        "zygote": "" if cold_reason else (preload[0] if isinstance(preload, tuple) else preload),
+        "zygote": "" if cold_reason else preload.name,
         "layers": result.layers,
         "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else [])
         + ([f"Some compiled files were not kept for the next runs: {cache_error}"] if cache_error else []),

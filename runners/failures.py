@@ -1,18 +1,109 @@
 """Why runs fail: every failed or cancelled run has a kind (``Run.failure_kind``, a RunFailureKind) and a
 sentence for a person (``Run.failure_reason``), set together where the failure is recorded.
 
-The sentences come from builders: the sandbox's (runners.sandbox: how the program ended), the ones
-below (what happened before, around or instead of the program) and routing's. ``REASON_BUILDERS``
-says which builders write the sentences of each kind: the worker classifies the sandbox's verdict by it
-(``sandbox_kind``), and the synthetic history (devtools.synthetic) writes its failures with the same
-builders and kinds. Migration 0007 classified the runs stored before kinds existed from these sentences.
+This module holds every sentence builder there is, and ``REASON_BUILDERS`` says which builders write the
+sentences of each kind:
+- how a sealed program ended badly: the executor reports it as facts (runners.executor.Ending), and
+  ``program_failure`` words it;
+- what happened before, around or instead of the program: a refusal or an error that fails a run raises a
+  ``RunRefused``, which carries its kind and its sentence, and the worker records both as they are;
+- what the reconciler and the campaign actions write (lost, cancelled, nobody can serve it).
+The synthetic history (devtools.synthetic) writes its failures with the same builders and kinds. Migration 0007
+classified the runs stored before kinds existed from these sentences.
 """
+from dataclasses import dataclass
+from typing import ClassVar
+
 from django.db.models import Count
 
-from . import sandbox
+from .executor import Ending, Limits, SandboxedProgramFailed, SandboxResult, signal_name
 from .models import UNSUCCESSFUL_STATUSES, RunFailureKind
-from .routing import environment_lacks_packages, environment_not_built, unservable_reason, wrong_worker_reason
 
+# --- How a sealed program ended badly ----------------------------------------------------------------------------
+
+def process_limit_exceeded(limits):
+    """Killed for having more than ``limits.max_processes`` processes at once (the group count)."""
+    return (f"Process limit exceeded: more than {limits.max_processes} processes at once (a fork bomb?); "
+            "the process group was killed.")
+
+
+def time_limit_exceeded(limits, forking=False):
+    return (f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; "
+            "the process group was killed."
+            + (f" It had reached the limit of {limits.max_processes} processes (a fork bomb?)." if forking else ""))
+
+
+def output_flood(limits):
+    return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
+
+
+def out_of_memory(limits, last_line=""):
+    return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
+
+
+def process_limit_reached(limits, last_line=""):
+    """It ended on its own after a fork failed at RLIMIT_NPROC."""
+    return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
+
+
+def isolation_unavailable(error):
+    """The sandbox did not start the program: this worker cannot seal runs (``error``: the kernel's reason)."""
+    return ("Refused: this worker cannot seal runs in namespaces of their own "
+            f"({error}); it runs no untrusted code unless its operator sets SILENTBENCH_ALLOW_UNISOLATED=true.")
+
+
+def write_refused(last_line=""):
+    return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
+            f"{last_line}").strip()
+
+
+def crashed(exit_code, last_line=""):
+    """Any other non-zero end: a signal (negative ``exit_code``) or an exit code."""
+    name = signal_name(exit_code)
+    how = f"killed by {name}" if name else f"exited with code {exit_code}"
+    return f"Crashed: {how}. {last_line}".strip()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a run failed: its kind and the sentence for a person."""
+
+    kind: RunFailureKind
+    reason: str
+
+
+def program_failure(result: SandboxResult, limits: Limits) -> Failure | None:
+    """How the sealed program of ``result`` failed, worded; None when it ended well (exit code 0, or judged from its
+    records after a teardown hang)."""
+    ending = result.ending()
+    if ending is None:
+        return None
+    last_line = result.last_line
+    builder, arguments = {
+        Ending.REFUSED: (isolation_unavailable, (result.refused,)),
+        Ending.MEMORY_EXCEEDED: (out_of_memory, (limits, "(the run's processes together)")),
+        Ending.PROCESS_LIMIT_EXCEEDED: (process_limit_exceeded, (limits,)),
+        Ending.TIME_LIMIT: (time_limit_exceeded, (limits, result.forking)),
+        Ending.OUTPUT_FLOOD: (output_flood, (limits,)),
+        Ending.OUT_OF_MEMORY: (out_of_memory, (limits, last_line)),
+        Ending.PROCESS_LIMIT_REACHED: (process_limit_reached, (limits, last_line)),
+        Ending.WRITE_REFUSED: (write_refused, (last_line,)),
+        Ending.CRASHED: (crashed, (result.exit_code, last_line)),
+    }[ending]
+    return Failure(kind_of(builder), builder(*arguments))
+
+
+def error_text(error: BaseException) -> str:
+    """An error of a detector's or its tool's, for a sentence: a sealed program that failed says how, with the tail
+    of its output."""
+    if isinstance(error, SandboxedProgramFailed):
+        failure = program_failure(error.result, error.limits)
+        tail = (error.result.stderr or error.result.stdout)[-1500:]
+        return f"{error.what} failed: {failure.reason if failure else 'it ended without its answer'}\n{tail}"
+    return str(error)
+
+
+# --- Before, around or instead of the program --------------------------------------------------------------------
 
 def no_oracle_report():
     return ("No oracle report: the reproducer exited normally but wrote no 'oracle' record "
@@ -66,14 +157,39 @@ def lost_again(max_attempts):
     return (f"Lost again: its worker stopped while running it (the worker died, or the run took it down); "
             f"a run lost after {max_attempts} attempts is not retried again.")
 
+def unservable_reason(queue, needs, environment, workers_seen, window_minutes):
+    """No live worker consumes ``queue``: what the run ``needs`` (in ``environment``, '' for the default one), and
+    the workers seen (``workers_seen``: runners.environments.routing.describe_worker of each)."""
+    where = f" in the environment {environment}" if environment else ""
+    return (f"No worker can serve this run: it needs {needs}{where} (queue {queue}); "
+            f"workers seen in the last {window_minutes:g} min: {'; '.join(workers_seen) or 'none'}.")
+
+
+def environment_not_built(name):
+    """A worker took a run of an environment it has not built (its folder is gone, or it was routed by hand)."""
+    return (f"This worker cannot serve the run: the environment {name} is not built here (manage.py "
+            "build_environment, or SILENTBENCH_WORKER_ENVIRONMENTS, on the workers that consume its queues).")
+
+
+def environment_lacks_packages(detector, environment, missing):
+    """The run's detector needs packages its environment does not have (TrainCheck's, in another torch release)."""
+    return (f"This worker cannot serve the run: the detector {detector} needs {', '.join(missing)}, which the "
+            f"environment {environment} does not have; run it in the default environment, or build one with them.")
+
+
+def wrong_worker_reason(needs, gpus):
+    """Why a worker refuses a run it took: its host (``gpus``, its inventory) lacks what the run needs."""
+    offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
+    return f"This worker cannot serve the run: it needs {needs}; this host has {offered or 'no GPU'}."
+
 
 REASON_BUILDERS = {
-    RunFailureKind.TIME_LIMIT: (sandbox.time_limit_exceeded,),
-    RunFailureKind.MEMORY: (sandbox.out_of_memory,),
-    RunFailureKind.OUTPUT_FLOOD: (sandbox.output_flood,),
-    RunFailureKind.PROCESS_LIMIT: (sandbox.process_limit_exceeded, sandbox.process_limit_reached),
-    RunFailureKind.SANDBOX_REFUSAL: (sandbox.write_refused, sandbox.isolation_refused),
-    RunFailureKind.CRASH: (sandbox.crashed,),
+    RunFailureKind.TIME_LIMIT: (time_limit_exceeded,),
+    RunFailureKind.MEMORY: (out_of_memory,),
+    RunFailureKind.OUTPUT_FLOOD: (output_flood,),
+    RunFailureKind.PROCESS_LIMIT: (process_limit_exceeded, process_limit_reached),
+    RunFailureKind.SANDBOX_REFUSAL: (write_refused, isolation_unavailable),
+    RunFailureKind.CRASH: (crashed,),
     RunFailureKind.PROTOCOL: (no_oracle_report, too_many_records),
     RunFailureKind.FIT_FAILED: (fit_failed,),
     RunFailureKind.UNAPPROVED: (unapproved,),
@@ -96,9 +212,51 @@ def kind_of(builder):
     return KIND_OF_BUILDER[builder]
 
 
-def sandbox_kind(failure):
-    """The kind of a sandbox verdict (a runners.sandbox.Failure)."""
-    return kind_of(failure.cause)
+# --- Refusals and errors that fail a run, typed --------------------------------------------------------------------
+
+class RunRefused(Exception):
+    """A run fails without its program having ended badly: refused, or an error before or around it. ``kind`` and
+    ``reason`` are what the run records; whoever catches one records them as they are."""
+
+    kind: ClassVar[RunFailureKind] = RunFailureKind.INTERNAL
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+class Unapproved(RunRefused):
+    """The version no maintainer approved: nothing of it may run."""
+
+    kind = RunFailureKind.UNAPPROVED
+
+    @property
+    def reason(self) -> str:
+        return unapproved()
+
+
+class Unservable(RunRefused):
+    """This worker cannot serve the run at all (its GPUs, its environments); the message is the whole sentence."""
+
+    kind = RunFailureKind.UNSERVABLE
+
+
+class FitError(RunRefused):
+    """The detector's fit phase failed; the message says why."""
+
+    kind = RunFailureKind.FIT_FAILED
+
+    @property
+    def reason(self) -> str:
+        return fit_failed(self)
+
+
+class DetectorSetupFailed(RunRefused):
+    """The detector's own preparation of the run failed (its ``command``); the message says why."""
+
+    @property
+    def reason(self) -> str:
+        return detector_setup_failed(self)
 
 
 def failure_counts(runs):

@@ -18,7 +18,7 @@ class DetectorVersion(models.Model):
     are the modules of ``runners/detectors/``, recorded by the system (``builtin``, no submitter) and approved as
     they are recorded. Immutable once stored: a change is a new version. ``interface`` holds what the worker needs
     to know of the plugin without importing it, read from the module's syntax tree at submission
-    (runners.detector_submissions.interface_of); ``config`` the overrides submitted with it."""
+    (runners.detector_versions.submissions.interface_of); ``config`` the overrides submitted with it."""
 
     name = models.SlugField(max_length=64)
     version = models.CharField(max_length=32)
@@ -108,7 +108,7 @@ class Worker(models.Model):
     """A Celery worker (by node name, ``gpu@node1``) and what it can serve, as it registered on start.
 
     ``capabilities`` holds everything (its GPUs one by one, host facts); the columns repeat what
-    routing and the pages ask about. The queues follow from the capabilities (runners.routing).
+    routing and the pages ask about. The queues follow from the capabilities (runners.environments.routing).
     """
 
     hostname = models.CharField(max_length=255, unique=True)
@@ -287,7 +287,7 @@ class RunFailureKind(models.TextChoices):
     says the same for a person. Set where the reason is set (runners.failures lists which sentence
     belongs to which kind)."""
 
-    # The program, as the sandbox saw it end (runners.sandbox, runners.execution).
+    # The program, as the sandbox saw it end (runners.executor, runners.execution).
     TIME_LIMIT = "time_limit", "Time limit"
     MEMORY = "memory", "Out of memory"
     OUTPUT_FLOOD = "output_flood", "Output flood"

@@ -14,10 +14,10 @@ from packaging.utils import canonicalize_name
 
 from core.enums import Variant
 
+from .actions.detectors import do_record_detector, do_sync_detectors
 from .detectors import all_plugins
-from .environments import default_environment
+from .environments.python_environments import default_environment
 from .models import Run, RunStatus
-from .registry import detector_record, sync_detectors
 from .selectors import runnable_versions
 
 MAX_SEEDS = 100
@@ -99,13 +99,13 @@ class CampaignPlan:
                                          for name in unknown]
         records = []
         if detectors is None:
-            records = list(sync_detectors().values())
+            records = list(do_sync_detectors().values())
         else:
             unknown = sorted(set(detectors) - set(all_plugins()))
             if unknown:
                 problems["detectors"] = [f"unknown detector {name!r}; registered: {', '.join(all_plugins())}"
                                          for name in unknown]
-            records = [detector_record(name) for name in dict.fromkeys(detectors) if name in all_plugins()]
+            records = [do_record_detector(name) for name in dict.fromkeys(detectors) if name in all_plugins()]
         try:
             plan = cls.build(versions, records, variants, seeds, steps, skip, environments)
         except ValidationError as error:

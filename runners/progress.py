@@ -4,8 +4,8 @@ import time
 from django.core.management.base import CommandError
 from django.db.models import Max
 
+from .detector_versions.registry import plugin_for
 from .models import Campaign, Detector
-from .registry import plugin_for
 
 
 def bar(progress, width=30):

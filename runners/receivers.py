@@ -3,7 +3,7 @@ from django.dispatch import receiver
 
 from bugs.signals import version_approved
 
-from .actions import do_start_verification
+from .actions.campaigns import do_start_verification
 
 
 @receiver(version_approved, dispatch_uid="runners-verify-approved-version")

@@ -18,23 +18,21 @@ import logging
 from datetime import timedelta
 from pathlib import Path
 
+from celery import current_app
 from django.conf import settings
 from django.utils import timezone
 
-from .actions import (
-    do_complete_campaign,
+from .actions.campaigns import EXECUTE_RUN, do_complete_campaign, enqueue_runs
+from .actions.runs import (
     do_flag_unservable_runs,
     do_give_up_stale_timed_runs,
     do_requeue_lost_runs,
     do_requeue_stale_runs,
-    enqueue_runs,
 )
 from .models import Campaign, RunStatus
 from .selectors import dispatched_runs
-from .tasks import execute_run
 
 logger = logging.getLogger(__name__)
-TASK_NAME = "runners.tasks.execute_run"
 
 
 def reconcile(now=None):
@@ -114,7 +112,7 @@ def missing_from_broker(waiting):
     Redis: when it holds at least as many messages as there are waiting runs, nothing is taken as
     missing (a loss shows once the queue drains); otherwise its messages are read. Filesystem broker
     (the embedded default): its message files are read."""
-    app = execute_run.app  # the project's Celery app, without importing the project package
+    app = current_app  # the project's Celery app (benchmark_site.celery), without importing the wiring package
 
     url, queues = app.conf.broker_url or "", set(waiting.values())
     if url.startswith("redis"):
@@ -136,7 +134,7 @@ def _run_id(payload):
     """The run ID an ``execute_run`` message carries (protocol 2: the body is [args, kwargs, embed])."""
     try:
         message = json.loads(payload) if isinstance(payload, (bytes, str)) else payload
-        if message.get("headers", {}).get("task") != TASK_NAME:
+        if message.get("headers", {}).get("task") != EXECUTE_RUN:
             return None
         body = message["body"]
         if message.get("properties", {}).get("body_encoding") == "base64":

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from . import detector_views, views
+from . import views
+from .detector_versions import views as detector_views
 
 app_name = "runners"
 urlpatterns = [

@@ -20,7 +20,7 @@ from plotly.offline import get_plotlyjs, get_plotlyjs_version
 from bugs.selectors import held_out_view
 from core.caching import cached, digest, kept_for_rows
 
-from .actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from .actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
 from .completed import cached_status_counts, completed_key
 from .detectors import all_plugins

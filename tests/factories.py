@@ -8,8 +8,8 @@ from bugs.catalog import content_hash
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
 from core.roles import MAINTAINERS_GROUP
 from evaluation.models import Evaluation
+from runners.actions.detectors import do_record_detector
 from runners.models import Alarm, Campaign, CampaignPurpose, Detector, Environment, Run, StabilityCheck, Worker
-from runners.registry import detector_record
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -88,7 +88,7 @@ class ReproducerVersionFactory(factory.django.DjangoModelFactory):
 
 class DetectorFactory(factory.django.DjangoModelFactory):
     """The Detector row of a registered plugin with this config (its defaults plus ``config``), as the
-    registry records it for runs: the same row every time (``runners.registry.detector_record``)."""
+    registry records it for runs: the same row every time (``runners.actions.detectors.do_record_detector``)."""
 
     class Meta:
         model = Detector
@@ -98,7 +98,7 @@ class DetectorFactory(factory.django.DjangoModelFactory):
 
     @classmethod
     def _create(cls, model_class, name, config=None, **kwargs):
-        return detector_record(name, config)
+        return do_record_detector(name, config)
 
 
 class CampaignFactory(factory.django.DjangoModelFactory):

@@ -9,7 +9,7 @@ from django.urls import URLPattern, URLResolver
 from rest_framework.test import APIClient
 
 from accounts.actions import do_create_api_token
-from runners.registry import detector_record
+from runners.actions.detectors import do_record_detector
 
 from .factories import (
     GOOD_REPRODUCER,
@@ -123,7 +123,7 @@ def make_runs(bug_title="A test bug", rule="no_parameter_updated", campaign=None
     second_bug = BugFactory(bug_id="TEST-B", framework="deepspeed", fault_location="framework")
     second = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug))
     cuda = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=second_bug, name="cuda"))
-    guard, plain = detector_record("param_not_updated"), detector_record("plain")
+    guard, plain = do_record_detector("param_not_updated"), do_record_detector("plain")
 
     def run(version, detector, variant, alarm_steps=(), seed=0, manifested=None):
         made = RunFactory(reproducer_version=version, detector=detector, variant=variant, status="succeeded",

@@ -4,7 +4,7 @@ Each starts on a free loopback port in a temporary directory and is thrown away 
 machine's shared services (5432, 6379) are never touched. As root, PostgreSQL runs as the
 ``postgres`` OS user (it refuses to run as root). ``django_on(server)`` and ``celery_on(server)``
 point this process's Django connection and Celery producer at them; real workers started with
-``runners.local_worker.start_worker`` inside those blocks follow, as it passes the URLs on.
+``runners.worker.local.start_worker`` inside those blocks follow, as it passes the URLs on.
 """
 import os
 import pwd

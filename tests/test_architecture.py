@@ -13,10 +13,10 @@ from rest_framework.test import APIClient
 from bugs.actions import do_deprecate_bug, do_review_version
 from bugs.models import BugStatus, ReviewState
 from core.models import AuditEvent
-from runners.actions import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.detectors import do_record_detector
 from runners.models import Campaign, CampaignPurpose, Run, RunFailureKind, RunStatus
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
 
 from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 
@@ -131,7 +131,7 @@ def test_run_campaign_command_uses_the_same_plan(versions):
 
 def test_overhead_pairs_each_have_their_own_baseline(versions):
     _, _, pipeline = versions
-    plain, detector = detector_record("plain"), detector_record("nan_inf")
+    plain, detector = do_record_detector("plain"), do_record_detector("nan_inf")
     plan = CampaignPlan.pairs(pipeline, plain, [detector], pairs=3)
     campaign = do_create_campaign("overhead", plan, CampaignPurpose.OVERHEAD, enqueue=False, acting_user=None)
     runs = list(campaign.runs.order_by("id"))
@@ -147,7 +147,7 @@ def test_overhead_pairs_each_have_their_own_baseline(versions):
 def test_cancel_and_retry_leave_a_record_on_the_campaign_page(client, versions):
     cpu, _, _ = versions
     maintainer = MaintainerFactory(username="mia")
-    campaign = do_create_campaign("c", CampaignPlan.build([cpu], [detector_record("plain")]), enqueue=False,
+    campaign = do_create_campaign("c", CampaignPlan.build([cpu], [do_record_detector("plain")]), enqueue=False,
                                   acting_user=maintainer)
     failed = campaign.runs.get(variant="buggy")
     campaign.runs.filter(pk=failed.pk).update(status=RunStatus.FAILED, failure_reason="Crashed: <b>boom</b>")
@@ -178,7 +178,7 @@ def test_review_and_deprecation_leave_a_record_on_their_pages(client):
 
 
 def test_a_verification_verdict_is_recorded_by_the_catalogs_action():
-    from runners.actions import do_record_stability
+    from runners.actions.campaigns import do_record_stability
 
     bug = BugFactory(status=BugStatus.APPROVED)
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
@@ -212,7 +212,7 @@ def test_the_repository_cites_only_files_it_has():
 
 def test_an_overhead_measurement_is_never_retried_through_the_broker(client, versions):
     _, _, pipeline = versions
-    plan = CampaignPlan.pairs(pipeline, detector_record("plain"), [detector_record("nan_inf")], pairs=1)
+    plan = CampaignPlan.pairs(pipeline, do_record_detector("plain"), [do_record_detector("nan_inf")], pairs=1)
     campaign = do_create_campaign("overhead", plan, CampaignPurpose.OVERHEAD, enqueue=False, acting_user=None)
     campaign.runs.update(status=RunStatus.FAILED, failure_reason="x")
     with pytest.raises(ValidationError, match="overhead measurement"):
@@ -240,7 +240,7 @@ def test_an_interrupted_overhead_measurement_leaves_nothing_running_or_queued(mo
 
     monkeypatch.setattr(overhead, "execute_run", interrupted_run)
     with pytest.raises(KeyboardInterrupt):
-        overhead.do_measure_overhead(pipeline, [detector_record("nan_inf")], detector_record("plain"), pairs=2)
+        overhead.do_measure_overhead(pipeline, [do_record_detector("nan_inf")], do_record_detector("plain"), pairs=2)
     campaign = Campaign.objects.get(purpose=CampaignPurpose.OVERHEAD)
     lost = campaign.runs.get(pk=claimed[0])
     assert (lost.status, lost.failure_kind) == (RunStatus.FAILED, RunFailureKind.LOST)
@@ -257,7 +257,7 @@ def test_a_stale_overhead_run_is_given_up_by_the_reconciler(versions):
     from runners.reconciler import reconcile
 
     _, _, pipeline = versions
-    plan = CampaignPlan.pairs(pipeline, detector_record("plain"), [detector_record("nan_inf")], pairs=2)
+    plan = CampaignPlan.pairs(pipeline, do_record_detector("plain"), [do_record_detector("nan_inf")], pairs=2)
     campaign = do_create_campaign("overhead", plan, CampaignPurpose.OVERHEAD, enqueue=False, acting_user=None)
     running = campaign.runs.order_by("id").first()
     Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING, started_at=timezone.now(), attempts=1)
@@ -288,7 +288,7 @@ def test_an_interrupted_caller_takes_the_sandboxed_program_with_it(tmp_path):
     caller = subprocess.Popen(
         # Python's own Ctrl-C handler, even where this suite runs with SIGINT ignored (a background job)
         [sys.executable, "-c", "import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-         "from runners.sandbox import Limits, run_sandboxed\n"
+         "from runners.executor import Limits, run_sandboxed\n"
          "run_sandboxed([sys.executable, '-c', 'import time; time.sleep(120)', 'sleeper-' + sys.argv[1]], "
          f"{str(tmp_path)!r}, {{'PATH': '/usr/bin:/bin'}}, Limits(time_limit_seconds=60, memory_mb=1024))\n", key],
         stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)

@@ -28,9 +28,9 @@ from runners.bisection import (
     simulate,
     spread,
 )
-from runners.environments import build_environment, default_environment
+from runners.environments.python_environments import build_environment, default_environment
+from runners.environments.routing import in_environment
 from runners.models import PythonEnvironment, Run, RunStatus
-from runners.routing import in_environment
 from runners.tasks import execute_run
 
 from .factories import (

@@ -3,11 +3,11 @@ import re
 
 import pytest
 
-from runners.actions import do_cancel_campaign, do_create_campaign
+from runners.actions.campaigns import do_cancel_campaign, do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.forms import parse_seeds
 from runners.models import Campaign, Run, RunStatus
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
 
 from .factories import (
     BugFactory,
@@ -48,7 +48,7 @@ def test_contributors_cannot_open_the_builder(client, version):
 
 def test_preview_shows_the_run_count_and_estimate_then_confirm_queues(client, version,
                                                                       django_capture_on_commit_callbacks):
-    RunFactory(reproducer_version=version, detector=detector_record("plain"), status="succeeded", wall_seconds=12.0)
+    RunFactory(reproducer_version=version, detector=do_record_detector("plain"), status="succeeded", wall_seconds=12.0)
     client.force_login(MaintainerFactory())
     page = client.post("/campaigns/new/", {**FORM, "preview": "1"}).content.decode()
     # 2 detectors x 2 variants x 3 seeds; plain from history (12 s), nan_inf from the reproducer's mean (12 s)
@@ -66,14 +66,14 @@ def test_preview_shows_the_run_count_and_estimate_then_confirm_queues(client, ve
 
 
 def test_estimate_guesses_without_history(version):
-    estimate = CampaignPlan.build([version], [detector_record("plain")], ["buggy", "fixed"], [0]).estimate()
+    estimate = CampaignPlan.build([version], [do_record_detector("plain")], ["buggy", "fixed"], [0]).estimate()
     assert estimate == {"runs": 2, "seconds": 20, "guessed_runs": 2}
 
 
 def test_cancel_and_retry_from_the_campaign_page(client, version, django_capture_on_commit_callbacks):
     maintainer = MaintainerFactory()
     campaign = do_create_campaign("c",
-                                  CampaignPlan.build([version], [detector_record("plain")], ["buggy", "fixed"],
+                                  CampaignPlan.build([version], [do_record_detector("plain")], ["buggy", "fixed"],
                                                      [0, 1]), enqueue=False, acting_user=maintainer)
     running, failed, *queued = campaign.runs.order_by("id")
     Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING)
@@ -108,7 +108,7 @@ def test_campaign_api_previews_cancels_and_retries(version):
     response = client_for(maintainer).post("/api/campaigns/preview/", body, format="json")
     assert response.status_code == 200 and response.json()["runs"] == 4 and Campaign.objects.count() == 0
     assert client_for(UserFactory()).post("/api/campaigns/preview/", body, format="json").status_code == 403
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")]), enqueue=False,
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("plain")]), enqueue=False,
                                   acting_user=maintainer)
     assert client_for(UserFactory()).post(f"/api/campaigns/{campaign.pk}/cancel/").status_code == 403
     response = client_for(maintainer).post(f"/api/campaigns/{campaign.pk}/cancel/")
@@ -120,7 +120,7 @@ def test_campaign_api_previews_cancels_and_retries(version):
 
 
 def test_a_cancelled_campaign_completes_when_nothing_runs(version):
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")]), enqueue=False,
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("plain")]), enqueue=False,
                                   acting_user=None)
     do_cancel_campaign(campaign, acting_user=None)
     campaign.refresh_from_db()
@@ -130,7 +130,7 @@ def test_a_cancelled_campaign_completes_when_nothing_runs(version):
 
 
 def test_cancelling_with_nothing_queued_changes_nothing(version):
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")]), enqueue=False,
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("plain")]), enqueue=False,
                                   acting_user=None)
     Run.objects.filter(campaign=campaign).update(status=RunStatus.RUNNING)
     assert do_cancel_campaign(campaign, acting_user=MaintainerFactory()) == []
@@ -139,7 +139,7 @@ def test_cancelling_with_nothing_queued_changes_nothing(version):
 
 
 def test_a_retried_verification_replaces_its_stability_check(version):
-    from runners.actions import do_complete_campaign, do_retry_failed_runs, do_start_verification
+    from runners.actions.campaigns import do_complete_campaign, do_retry_failed_runs, do_start_verification
     from runners.models import StabilityCheck
 
     campaign = do_start_verification([version], seeds=1, acting_user=MaintainerFactory())

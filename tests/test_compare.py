@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from runners.registry import detector_record
+from runners.actions.detectors import do_record_detector
 
 from .factories import (
     AlarmFactory,
@@ -31,7 +31,7 @@ def sides():
     before = CampaignFactory(name="before")
     after = CampaignFactory(name=HOSTILE)
     old, new = environment("old-box", "2.1.2"), environment(HOSTILE, "2.4.1", "NVIDIA H100")
-    guard, plain = detector_record("param_not_updated"), detector_record("plain")
+    guard, plain = do_record_detector("param_not_updated"), do_record_detector("plain")
     versions = {bug_id: ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
                 for bug_id in ("TEST-GONE", "TEST-MISS", "TEST-NEW", "TEST-SAME")}
 

@@ -7,9 +7,9 @@ import pytest
 
 from bugs.catalog import do_load_catalog
 from runners import compile_cache
+from runners.actions.detectors import do_record_detector
 from runners.execution import execute
 from runners.models import Run
-from runners.registry import detector_record
 
 from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory
 from .test_warm_start import catalog_version, losses
@@ -30,7 +30,7 @@ report(event="oracle", manifested=False, trigger_step=None, summary="cache write
 
 
 def run(version, seed=0, variant="buggy"):
-    return execute(Run(reproducer_version=version, detector=detector_record("plain"), variant=variant, seed=seed,
+    return execute(Run(reproducer_version=version, detector=do_record_detector("plain"), variant=variant, seed=seed,
                        steps=version.default_steps))
 
 

@@ -23,9 +23,10 @@ from bugs.models import (
     Reproduction,
     Strategy,
 )
+from runners.actions.detectors import do_record_detector
+from runners.detector_versions.registry import config_hash
 from runners.detectors import all_plugins
 from runners.models import Detector
-from runners.registry import config_hash, detector_record
 
 from .factories import (
     BugFactory,
@@ -210,8 +211,8 @@ def test_the_detectors_api_lists_every_registered_detector_without_writing():
 
 
 def test_the_detectors_api_merges_recorded_detectors_with_the_registry():
-    plain = detector_record("plain")
-    tuned = detector_record("nan_inf", {"check_loss": False})
+    plain = do_record_detector("plain")
+    tuned = do_record_detector("nan_inf", {"check_loss": False})
     gone = Detector.objects.create(name="crystal_ball", version="1", config={}, config_hash=config_hash({}))
     listed = {(item["name"], item["id"]): item for item in listed_detectors()}
     assert len(listed) == len(all_plugins()) + 2  # the tuned nan_inf and the unregistered one

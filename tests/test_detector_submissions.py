@@ -1,6 +1,6 @@
 """Detector submissions: checked like reproducer submissions, reviewed with a diff, approved into a scoring
-campaign, and run only inside the sandbox, never in the worker (runners.detector_submissions,
-runners.submitted_plugins, docs/writing-a-detector.md)."""
+campaign, and run only inside the sandbox, never in the worker (runners.detector_versions.submissions,
+runners.detector_versions.submitted, docs/writing-a-detector.md)."""
 import hashlib
 import re
 import secrets
@@ -19,18 +19,22 @@ from bugs.catalog import do_load_catalog
 from core.enums import Variant
 from core.models import AuditEvent
 from evaluation.metrics import AlarmPoint, judge_run
-from runners.actions import (
+from runners.actions.detector_versions import (
     do_approve_detector_version,
     do_reject_detector_version,
     do_start_scoring,
     do_submit_detector_version,
 )
-from runners.detector_submissions import check_detector
+from runners.actions.detectors import (
+    do_record_builtin_detector_version,
+    do_record_detector,
+    do_record_submitted_detector,
+)
+from runners.detector_versions.submissions import check_detector
 from runners.detectors import all_plugins
 from runners.detectors.base import SUBMITTED_MODULE
 from runners.execution import execute
 from runners.models import CampaignPurpose, Detector, DetectorReviewState, DetectorVersion, RunStatus
-from runners.registry import builtin_version, detector_record, submitted_record
 from runners.scoring import DEFAULT_SEEDS, published_seeds
 from runners.tasks import execute_run
 
@@ -177,7 +181,7 @@ def test_a_hostile_approved_detector_runs_only_in_the_sandbox_and_reads_no_secre
     reproducer = ReproducerVersionFactory()  # the corpus its scoring campaign (not run here) is made of
     version, _ = do_approve_detector_version(submit(code, UserFactory()), acting_user=MaintainerFactory())
     try:
-        outcome = execute(RunFactory(reproducer_version=reproducer, detector=submitted_record(version),
+        outcome = execute(RunFactory(reproducer_version=reproducer, detector=do_record_submitted_detector(version),
                                      variant=Variant.BUGGY))
     finally:
         if listener is not None:
@@ -198,21 +202,21 @@ def test_a_hostile_approved_detector_runs_only_in_the_sandbox_and_reads_no_secre
 
 def test_every_built_in_detector_is_an_approved_version_of_its_module_source():
     for name, plugin in all_plugins().items():
-        record = detector_record(name)
+        record = do_record_detector(name)
         code = record.code
         source = Path(sys.modules[type(plugin).__module__].__file__).read_text(encoding="utf-8")
         assert (code.builtin, code.submitted_by, code.review_state) == (True, None, DetectorReviewState.APPROVED)
         assert code.code == source and code.code_hash == hashlib.sha256(source.encode()).hexdigest()
         assert (code.name, code.version) == (plugin.name, plugin.version) and record.approved_at is not None
-    assert detector_record("nan_inf").code == builtin_version(all_plugins()["nan_inf"])  # recorded once
+    assert do_record_detector("nan_inf").code == do_record_builtin_detector_version(all_plugins()["nan_inf"])  # recorded once
 
 
 def test_a_row_recorded_before_detector_versions_is_given_its_code_not_duplicated():
-    from runners.registry import config_hash
+    from runners.detector_versions.registry import config_hash
 
     config = all_plugins()["nan_inf"].config()
     legacy = Detector.objects.create(name="nan_inf", version="1", config=config, config_hash=config_hash(config))
-    assert detector_record("nan_inf").pk == legacy.pk
+    assert do_record_detector("nan_inf").pk == legacy.pk
     assert Detector.objects.get(pk=legacy.pk).code.builtin
 
 
@@ -393,7 +397,7 @@ def test_rescore_reruns_a_detector_on_the_current_corpus(capsys):
     assert {run.reproducer_version_id for run in rescored.runs.all()} == {first.pk, second.pk}
     assert f"Campaign #{rescored.pk}" in capsys.readouterr().out
     call_command("rescore", "nan_inf")  # a built-in, through the same path
-    assert builtin_version(all_plugins()["nan_inf"]).records.get().runs.filter(
+    assert do_record_builtin_detector_version(all_plugins()["nan_inf"]).records.get().runs.filter(
         campaign__purpose=CampaignPurpose.SCORING).exists()
     with pytest.raises(CommandError, match="No approved detector"):
         call_command("rescore", "crystal_ball")
@@ -473,7 +477,7 @@ class Peeking(DetectorPlugin):
 def test_a_submitted_analyze_is_not_told_the_answer():
     reproducer = ReproducerVersionFactory()
     version, _ = do_approve_detector_version(submit(PEEKING, UserFactory()), acting_user=MaintainerFactory())
-    outcome = execute(RunFactory(reproducer_version=reproducer, detector=submitted_record(version),
+    outcome = execute(RunFactory(reproducer_version=reproducer, detector=do_record_submitted_detector(version),
                                  variant=Variant.BUGGY, seed=5))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     assert outcome.oracle["manifested"] is True and outcome.trigger_step == 1  # the worker knows the answer
@@ -508,7 +512,7 @@ def test_a_run_under_a_submitted_detector_adds_nothing_to_the_compile_cache(sett
     settings.SILENTBENCH_COMPILE_CACHE_MB = 10
     reproducer = ReproducerVersionFactory()
     version, _ = do_approve_detector_version(submit(POISONING, UserFactory()), acting_user=MaintainerFactory())
-    outcome = execute(RunFactory(reproducer_version=reproducer, detector=submitted_record(version),
+    outcome = execute(RunFactory(reproducer_version=reproducer, detector=do_record_submitted_detector(version),
                                  variant=Variant.BUGGY))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     assert outcome.execution["compile_cache"]["files_added"] == 0

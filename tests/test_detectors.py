@@ -1,9 +1,9 @@
 """Each detector on a case it must catch and a clean case it must not, through the real sandbox."""
 import pytest
 
+from runners.actions.detectors import do_record_detector
 from runners.detectors import all_plugins, get_plugin
 from runners.execution import execute
-from runners.registry import detector_record
 
 from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory, RunFactory
 
@@ -31,7 +31,7 @@ FROZEN = "for p in model.parameters(): p.requires_grad_(args.variant != 'buggy')
 def run(detector, variant, setup="optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", fault="pass", steps=6):
     source = TRAINING.replace("{setup}", setup).replace("{fault}", fault)
     version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant,
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant,
                                  steps=steps))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     return outcome
@@ -177,7 +177,7 @@ if __name__ == "__main__":
 ])
 def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
     version = ReproducerVersionFactory(files={"repro.py": TWO_RANKS}, time_limit_seconds=120, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=detector_record("cross_rank_consistency"),
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("cross_rank_consistency"),
                                  variant=variant, steps=6))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     assert sorted(rules(outcome)) == sorted(expected)
@@ -210,7 +210,7 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=2, summa
 @pytest.mark.parametrize("variant, expected", [("buggy", [("mismatch:grad", 2)]), ("fixed", [])])
 def test_differential_alarms_where_the_two_ways_first_disagree(variant, expected):
     version = ReproducerVersionFactory(files={"repro.py": TWO_WAYS}, time_limit_seconds=60, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=detector_record("differential"),
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("differential"),
                                  variant=variant, steps=5))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     assert rules(outcome) == expected

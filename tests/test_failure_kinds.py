@@ -15,15 +15,17 @@ from rest_framework.test import APIClient
 
 from core.models import AuditEvent
 from devtools import synthetic
-from runners import failures, routing, sandbox, tasks
-from runners.actions import do_cancel_campaign, do_create_campaign, do_flag_unservable_runs, do_retry_failed_runs
+from runners import failures, tasks
+from runners.actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.detectors import do_record_detector
+from runners.actions.runs import do_flag_unservable_runs
+from runners.environments import routing
+from runners.environments.routing import Needs
 from runners.execution import execute, run_limits
-from runners.fitting import FitError
+from runners.executor import Limits, SandboxResult
+from runners.failures import FitError, program_failure
 from runners.models import Campaign, Run, RunFailureKind, RunStatus
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
-from runners.routing import Needs
-from runners.sandbox import Limits, SandboxResult
 from runners.tasks import execute_run
 
 from .factories import GOOD_REPRODUCER, MaintainerFactory, ReproducerVersionFactory, RunFactory, UserFactory
@@ -90,11 +92,11 @@ def ended(exit_code=1, stderr="", **flags):
     (ended(3, "SystemExit: 3"), Kind.CRASH, "Crashed: exited with code 3. SystemExit: 3"),
 ])
 def test_every_way_a_program_ends_badly_has_its_kind(result, kind, begins):
-    failure = result.failure(LIMITS)
-    assert failures.sandbox_kind(failure) == kind
-    assert failure.reason.startswith(begins) and result.failure_reason(LIMITS) == failure.reason
+    failure = program_failure(result, LIMITS)
+    assert failure.kind == kind
+    assert failure.reason.startswith(begins)
     assert MIGRATION.classify(RunStatus.FAILED, failure.reason) == kind  # the sentence says the same
-    assert ended(0).failure(LIMITS) is None and ended(0).failure_reason(LIMITS) == ""
+    assert program_failure(ended(0), LIMITS) is None
 
 
 def test_refusals_before_the_program_runs_have_their_kinds(monkeypatch):
@@ -104,7 +106,7 @@ def test_refusals_before_the_program_runs_have_their_kinds(monkeypatch):
         return fail
 
     unapproved = RunFactory(reproducer_version=ReproducerVersionFactory(review_state="pending"))
-    unfitted = RunFactory(detector=detector_record("traincheck"))
+    unfitted = RunFactory(detector=do_record_detector("traincheck"))
     broken = RunFactory()
     misrouted = RunFactory(queue="gpu1")
     monkeypatch.setattr(tasks, "ensure_fit", failing(FitError("no reference pipeline ran")))
@@ -122,7 +124,7 @@ def test_refusals_before_the_program_runs_have_their_kinds(monkeypatch):
 
 
 def test_cancelled_runs_are_of_kind_cancelled():
-    campaign = do_create_campaign("c", CampaignPlan.build([ReproducerVersionFactory()], [detector_record("plain")]),
+    campaign = do_create_campaign("c", CampaignPlan.build([ReproducerVersionFactory()], [do_record_detector("plain")]),
                                   enqueue=False, acting_user=None)
     do_cancel_campaign(campaign, acting_user=MaintainerFactory(username="ann"))
     assert set(campaign.runs.values_list("status", "failure_kind", "failure_reason")) == {
@@ -140,7 +142,7 @@ def test_runs_nobody_can_serve_are_of_kind_unservable():
 
 
 def test_a_failed_run_needs_a_known_kind():
-    from runners.actions import do_fail_run_without_executing
+    from runners.actions.runs import do_fail_run_without_executing
 
     run = RunFactory(status=RunStatus.RUNNING)
     with pytest.raises(ValueError):
@@ -155,19 +157,19 @@ def every_sentence():
     """(status, builder, sentence): at least one sentence of every reason builder there is."""
     limits = Limits(time_limit_seconds=30, memory_mb=1024)
     samples = [
-        (sandbox.time_limit_exceeded, (limits,)), (sandbox.time_limit_exceeded, (limits, True)),
-        (sandbox.out_of_memory, (limits, "MemoryError")), (sandbox.output_flood, (limits,)),
-        (sandbox.process_limit_exceeded, (limits,)), (sandbox.process_limit_reached, (limits, "BlockingIOError")),
-        (sandbox.write_refused, ("PermissionError: x",)), (sandbox.crashed, (-9,)), (sandbox.crashed, (1, "boom")),
+        (failures.time_limit_exceeded, (limits,)), (failures.time_limit_exceeded, (limits, True)),
+        (failures.out_of_memory, (limits, "MemoryError")), (failures.output_flood, (limits,)),
+        (failures.process_limit_exceeded, (limits,)), (failures.process_limit_reached, (limits, "BlockingIOError")),
+        (failures.write_refused, ("PermissionError: x",)), (failures.crashed, (-9,)), (failures.crashed, (1, "boom")),
         (failures.no_oracle_report, ()), (failures.offline_check_failed, ("traincheck check failed",)),
         (failures.unapproved, ()), (failures.fit_failed, ("no pipelines",)), (failures.internal_error, ("oops",)),
-        (routing.unservable_reason, ("gpu2", [], 10)), (routing.wrong_worker_reason, (Needs(1), [])),
+        (failures.unservable_reason, ("gpu2", Needs(2), "", [], 10)), (failures.wrong_worker_reason, (Needs(1), [])),
         (failures.cancelled_before_start, ("the system",)), (failures.timer_interrupted, ()),
     ]
     # Sentences first written after kinds existed: every run stored with one has its kind, the migration never saw it.
     written_with_a_kind = {failures.storing_failed, failures.too_many_records, failures.lost_again,
-                           failures.detector_setup_failed, sandbox.isolation_refused, routing.environment_not_built,
-                           routing.environment_lacks_packages}
+                           failures.detector_setup_failed, failures.isolation_unavailable,
+                           failures.environment_not_built, failures.environment_lacks_packages}
     assert {builder for builder, _ in samples} | written_with_a_kind == set(failures.KIND_OF_BUILDER)  # none forgotten
     return [(RunStatus.CANCELLED if builder is failures.cancelled_before_start else RunStatus.FAILED, builder,
              builder(*arguments)) for builder, arguments in samples]
@@ -213,7 +215,7 @@ def test_the_synthetic_history_fails_with_the_real_sentences_and_kinds():
         sentence = builder(*arguments(run_limits(version)))
         assert MIGRATION.classify(RunStatus.FAILED, sentence) == failures.kind_of(builder)
     campaign = Campaign.objects.create(name="synthetic test")
-    rng, now, detector = random.Random(1), timezone.now(), detector_record("plain")
+    rng, now, detector = random.Random(1), timezone.now(), do_record_detector("plain")
     runs = [synthetic.make_run(rng, campaign, None, version, detector, "buggy", seed, False, now)
             for seed in range(800)]
     unsuccessful = [run for run in runs if run.status in (RunStatus.FAILED, RunStatus.CANCELLED)]

@@ -14,12 +14,12 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 from django.test import Client
 
-from runners.actions import do_create_campaign
-from runners.local_worker import log_tail, start_worker, stop_process
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.models import Campaign, Run, RunStatus
 from runners.plans import CampaignPlan
 from runners.reconciler import reconcile
-from runners.registry import detector_record
+from runners.worker.local import log_tail, start_worker, stop_process
 
 from .factories import GOOD_REPRODUCER, PROGRAM_PREAMBLE, CampaignFactory, ReproducerVersionFactory, WorkerFactory
 from .helpers import is_running
@@ -72,7 +72,7 @@ def workers(stack, tmp_path, monkeypatch, settings):
 def campaign_of(sources, name, time_limit=20, memory_mb=1024):
     versions = [ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=time_limit,
                                          memory_mb=memory_mb) for source in sources]
-    return do_create_campaign(name, CampaignPlan.build(versions, [detector_record("plain")], ["buggy"], [0]),
+    return do_create_campaign(name, CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy"], [0]),
                               acting_user=None)
 
 
@@ -229,12 +229,13 @@ def test_reconcile_requeues_a_silent_workers_runs_and_completes_a_missed_campaig
 
     from django.utils import timezone
 
-    from runners import actions, reconciler
+    from runners import reconciler
+    from runners.actions import runs as run_actions
 
     from .factories import RunFactory
 
     enqueued = []
-    monkeypatch.setattr(actions, "enqueue_runs", enqueued.extend)  # lost runs are queued again by runners.actions
+    monkeypatch.setattr(run_actions, "enqueue_runs", enqueued.extend)  # lost runs are queued again by runners.actions
     monkeypatch.setattr(reconciler, "enqueue_runs", enqueued.extend)
     settings.SILENTBENCH_WORKER_STALE_SECONDS = 60
     now = timezone.now()

@@ -27,8 +27,8 @@ from evaluation.exports import EXPORT_TABLES
 from evaluation.held_out import Split, held_out_scores, scores_of_evaluation, scores_of_runs
 from evaluation.results import Results
 from evaluation.results_doc import render
+from runners.actions.detectors import do_record_detector
 from runners.models import Campaign, CampaignPurpose, Run
-from runners.registry import detector_record
 
 from .factories import (
     GOOD_REPRODUCER,
@@ -91,7 +91,7 @@ def build_world():
     pipeline = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=None, name="clean-mlp"))
     do_hold_out_bug(held_bug, acting_user=maintainer)
 
-    guard, plain = detector_record("param_not_updated"), detector_record("plain")
+    guard, plain = do_record_detector("param_not_updated"), do_record_detector("plain")
     reproducers = [str(public), str(held), str(pipeline)]
     # a maintainer may type a held-out bug's ID into a campaign's name: shown to the others withheld (shown_name)
     mixed = CampaignFactory(name=f"evaluation, {HELD_ID} again", purpose=CampaignPurpose.EVALUATION,
@@ -469,7 +469,7 @@ def test_the_admin_shows_staff_no_held_out_bug(name, key, status):
 def test_a_campaign_name_or_command_that_names_a_held_out_bug_is_withheld_from_the_others():
     """A verification campaign is named by its count of reproducers, never by its bugs; a name or an evaluation's
     command line that holds a held-out bug's ID, in any case, is shown whole to the maintainers only."""
-    from runners.actions import do_start_verification
+    from runners.actions.campaigns import do_start_verification
     from runners.selectors import shown_command, shown_name
 
     world = build_world()
@@ -503,7 +503,7 @@ def test_a_campaign_name_or_command_that_names_a_held_out_bug_is_withheld_from_t
 def test_a_retry_record_lists_its_runs_to_the_maintainers_only():
     """A retry's audit record keeps what each run had been, the failure reason of a held-out bug's run included
     ("GH-HELDOUT-77 crashed"): a mixed campaign's page lists them to the maintainers only."""
-    from runners.actions import do_retry_failed_runs
+    from runners.actions.campaigns import do_retry_failed_runs
 
     world = build_world()
     mixed = Campaign.objects.get(pk=world.ids["mixed"])
@@ -535,7 +535,7 @@ def at(campaign, when):
 
 def test_a_held_out_score_counts_only_campaigns_created_after_the_bug_was_held_out():
     maintainer = MaintainerFactory()
-    guard, nan_inf = detector_record("param_not_updated"), detector_record("nan_inf")
+    guard, nan_inf = do_record_detector("param_not_updated"), do_record_detector("nan_inf")
     now = timezone.now()
     before = at(CampaignFactory(name="tuned while public"), now - timedelta(days=2))
     bug = bug_with_a_detection("GH-TIMING-1", guard, before)

@@ -5,9 +5,9 @@ from django.utils import timezone
 
 from bugs.actions import do_submit_reproducer
 from bugs.models import BugStatus
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
 
 from .factories import (
     GOOD_REPRODUCER,
@@ -47,7 +47,7 @@ def hostile_world():
     environment = EnvironmentFactory(fingerprint="evil", host=HOSTILE, cpu=HOSTILE, gpu=HOSTILE, python="3.11",
                                      torch=HOSTILE, facts={"note": HOSTILE})
     campaign = do_create_campaign(HOSTILE,
-                                  CampaignPlan.build([approved], [detector_record("param_not_updated")],
+                                  CampaignPlan.build([approved], [do_record_detector("param_not_updated")],
                                                      ["buggy", "fixed"], [0]), enqueue=False, acting_user=None)
     runs = []
     for run in campaign.runs.all():

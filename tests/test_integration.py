@@ -7,13 +7,13 @@ import pytest
 from django.core.management import call_command
 
 from benchmark_site.celery import app
-from runners.actions import do_create_campaign
-from runners.local_worker import log_tail, start_worker, stop_process
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.models import RunStatus
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.registry import detector_record
 from runners.selectors import runnable_versions
+from runners.worker.local import log_tail, start_worker, stop_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +32,7 @@ def test_real_worker_runs_a_real_reproducer(worker):
     process, log = worker
     call_command("load_catalog")
     versions = runnable_versions(["PT-FORUM-84911"])
-    detectors = [detector_record("plain"), detector_record("param_not_updated")]
+    detectors = [do_record_detector("plain"), do_record_detector("param_not_updated")]
     campaign = do_create_campaign("integration", CampaignPlan.build(versions, detectors, ["buggy", "fixed"], [0]),
                                   acting_user=None)
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from bugs.models import BugStatus, ReviewState
-from runners.registry import detector_record
+from runners.actions.detectors import do_record_detector
 
 from .factories import (
     AlarmFactory,
@@ -31,7 +31,7 @@ TRIGGER = 3
 
 def run(version, detector, variant, alarms=(), seed=0, **fields):
     """A run, succeeded unless ``fields`` say otherwise, with alarms given as {step: rule}."""
-    made = RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant, seed=seed,
+    made = RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant, seed=seed,
                       steps=10, trigger_step=TRIGGER, trigger_time=100.0, manifested=variant == "buggy",
                       **{"status": "succeeded", **fields})
     for step, rule in dict(alarms).items():

@@ -14,8 +14,8 @@ from bugs.models import Bug
 from evaluation.actions import run_tables
 from evaluation.entries import entries_export, open_entries
 from evaluation.tables import UNREGISTERED, integration_of
+from runners.actions.detectors import do_record_submitted_detector
 from runners.models import CampaignPurpose, DetectorReviewState, DetectorVersion
-from runners.registry import submitted_record
 
 from .factories import (
     AlarmFactory,
@@ -57,7 +57,7 @@ def board():
         name="step_watch", version="2", code=SUBMITTED, code_hash="ab" * 32, submitted_by=researcher,
         interface={"integration": "drop-in"}, description="Watches steps.", link="https://example.org/paper",
         review_state=DetectorReviewState.APPROVED, reviewed_at=timezone.now())
-    record = submitted_record(version)
+    record = do_record_submitted_detector(version)
     maintainer = MaintainerFactory()
     first, second = (Bug.objects.get(bug_id=bug_id) for bug_id in ("TEST-A", "TEST-B"))
     do_hold_out_bug(second, acting_user=maintainer)
@@ -127,7 +127,7 @@ def test_a_bug_held_out_after_the_scoring_counts_only_in_a_later_campaign(board)
     mine = next(entry for entry in open_entries(None)[0] if entry.name == "step_watch")
     assert (mine.public.bugs, mine.held_out_total) == (1, 0)
     rescore = CampaignFactory(name="rescore", purpose=CampaignPurpose.SCORING)
-    record = submitted_record(board["version"])
+    record = do_record_submitted_detector(board["version"])
     for bug in (Bug.objects.get(bug_id="TEST-A"), second):  # the whole corpus again: caught on the held-out one
         for variant in ("buggy", "fixed"):
             run = RunFactory(campaign=rescore, reproducer_version=bug.reproducers.first().versions.first(),

@@ -14,9 +14,9 @@ from bugs.models import Bug, BugStatus
 from evaluation.actions import do_store_evaluation
 from evaluation.results_doc import headline, render
 from evaluation.tables import flakiness_table
+from runners.actions.detectors import do_record_detector
 from runners.detectors import all_plugins, base
 from runners.models import Run
-from runners.registry import detector_record
 
 from .factories import (
     AlarmFactory,
@@ -36,7 +36,7 @@ TRIGGER = 3
 def run(version, detector, variant, alarms=(), seed=0, manifested=None, **fields):
     """A run, succeeded unless ``fields`` say otherwise, with alarms given as {step: rule}; by default it manifests
     exactly when it is buggy."""
-    made = RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant, seed=seed,
+    made = RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant, seed=seed,
                       steps=10, trigger_step=TRIGGER, trigger_time=100.0,
                       manifested=(variant == "buggy") if manifested is None else manifested,
                       **{"status": "succeeded", **fields})

@@ -22,10 +22,10 @@ from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
 from core import audit, caching
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation, tables_digest_of
-from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.campaigns import do_complete_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.detectors import do_record_detector
 from runners.models import Campaign, Run, RunStatus
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
 
 from .factories import (
     AlarmFactory,
@@ -108,7 +108,7 @@ def test_a_newer_evaluation_replaces_the_latest_everywhere(client):
         client.get(url)
     campaign = CampaignFactory(name="second")
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-NEW")))
-    RunFactory(reproducer_version=version, detector=detector_record("nan_inf"), campaign=campaign, status="succeeded",
+    RunFactory(reproducer_version=version, detector=do_record_detector("nan_inf"), campaign=campaign, status="succeeded",
                trigger_step=1, steps=3, manifested=True)
     assert do_complete_campaign(campaign)
     second = do_store_evaluation(campaign, None, [], [], {"seeds": 1}, 1.0, acting_user=None)
@@ -267,7 +267,7 @@ def test_a_page_kept_whole_follows_its_reader_s_permissions(client):
 
 def campaign_with_a_failure():
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-CAMPAIGN")))
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("nan_inf")], seeds=[0, 1]),
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("nan_inf")], seeds=[0, 1]),
                                   enqueue=False, acting_user=None)
     Run.objects.filter(campaign=campaign).update(status=RunStatus.SUCCEEDED, environment=EnvironmentFactory(
         host="host-one"))
@@ -420,7 +420,7 @@ def test_the_bugs_api_shows_each_change_to_a_bug(client):
 def test_a_bug_judged_from_a_running_campaign_shows_each_run_as_it_finishes(client):
     """No stored evaluation ran the bug: its page judges the latest campaign's runs of it, once for the same runs."""
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-LIVE")))
-    campaign, guard = CampaignFactory(), detector_record("param_not_updated")  # not completed: still running
+    campaign, guard = CampaignFactory(), do_record_detector("param_not_updated")  # not completed: still running
 
     def run(seed, **fields):
         return RunFactory(reproducer_version=version, detector=guard, campaign=campaign, seed=seed, steps=10,
@@ -445,7 +445,7 @@ def test_a_bug_judged_from_a_running_campaign_shows_each_run_as_it_finishes(clie
 
 def test_the_runs_api_pages_by_cursor_at_the_same_cost(client):
     version = ReproducerVersionFactory()
-    RunFactory.create_batch(120, reproducer_version=version, detector=detector_record("plain"))
+    RunFactory.create_batch(120, reproducer_version=version, detector=do_record_detector("plain"))
     seen, url, costs = [], "/api/runs/", []
     while url:
         with CaptureQueriesContext(connection) as captured:
@@ -464,8 +464,8 @@ def test_the_runs_api_pages_by_cursor_at_the_same_cost(client):
 def test_a_runs_api_page_is_rendered_once_for_its_runs_state_and_address(client):
     """A page of runs seen before is read from the cache as rendered: no run read whole, no serializing; a change
     to one of its runs, another address (its cursor links are absolute) or another format is another key."""
-    RunFactory.create_batch(50, detector=detector_record("plain"))
-    runs = RunFactory.create_batch(3, detector=detector_record("plain"), status=RunStatus.QUEUED)  # the newest
+    RunFactory.create_batch(50, detector=do_record_detector("plain"))
+    runs = RunFactory.create_batch(3, detector=do_record_detector("plain"), status=RunStatus.QUEUED)  # the newest
     first, body = get(client, "/api/runs/")
     again, same = get(client, "/api/runs/")
     assert again < first and same == body
@@ -484,8 +484,8 @@ def test_a_kept_runs_page_links_each_reader_to_their_own_next_page(first):
     5 runs of a held-out bug before them. Whoever asks first, neither gets the other's links: the maintainer is
     not cut off from the held-out runs, the public is not told that hidden runs exist."""
     held_out = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(held_out=True)))
-    RunFactory.create_batch(5, reproducer_version=held_out, detector=detector_record("plain"))
-    RunFactory.create_batch(50, detector=detector_record("plain"))
+    RunFactory.create_batch(5, reproducer_version=held_out, detector=do_record_detector("plain"))
+    RunFactory.create_batch(50, detector=do_record_detector("plain"))
     readers = {"public": client_for(), "maintainer": client_for(MaintainerFactory())}
     order = [first, *(reader for reader in readers if reader != first)]
     pages = {reader: readers[reader].get("/api/runs/").json() for reader in order}
@@ -526,8 +526,8 @@ def test_the_runs_of_one_campaign_page_by_cursor(client):
     """The campaign filter bounds the IDs by the campaign's newest run; every run of it, and only those, comes."""
     old, new = CampaignFactory(), CampaignFactory()
     for n in range(60):
-        RunFactory(campaign=old if n % 3 else new, detector=detector_record("plain"))
-    RunFactory(detector=detector_record("plain"))  # newer than all, in no campaign
+        RunFactory(campaign=old if n % 3 else new, detector=do_record_detector("plain"))
+    RunFactory(detector=do_record_detector("plain"))  # newer than all, in no campaign
     seen, url = [], f"/api/runs/?campaign={old.pk}&detector__name=plain"
     while url:
         page = client.get(url).json()

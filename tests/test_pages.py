@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-from runners.registry import detector_record
+from runners.actions.detectors import do_record_detector
 
 from .factories import (
     AlarmFactory,
@@ -33,7 +33,7 @@ def results():
     """Two bugs x two detectors, hand-built: one detection, one pre-trigger false alarm, one clean FP."""
     first = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-A")))
     second = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-B")))
-    guard, plain = detector_record("param_not_updated"), detector_record("plain")
+    guard, plain = do_record_detector("param_not_updated"), do_record_detector("plain")
 
     def run(version, detector, variant, alarm_steps=()):
         made = RunFactory(reproducer_version=version, detector=detector, variant=variant, status="succeeded",

@@ -22,8 +22,11 @@ from benchmark_site import settings as site_settings
 from benchmark_site.celery import app
 from bugs.catalog import do_load_catalog
 from evaluation.compare import side
-from runners.actions import current_environment, do_create_campaign, do_flag_unservable_runs
-from runners.environments import (
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
+from runners.actions.runs import do_flag_unservable_runs
+from runners.actions.workers import current_environment
+from runners.environments.python_environments import (
     BUILT_MARKER,
     build_environment,
     default_environment,
@@ -33,13 +36,7 @@ from runners.environments import (
     facts_in,
     parse_requirements,
 )
-from runners.execution import execute
-from runners.local_worker import log_tail, start_worker, stop_process
-from runners.models import Campaign, EnvironmentBuild, PythonEnvironment, Run, RunFailureKind, RunStatus, Worker
-from runners.plans import CampaignPlan
-from runners.progress import wait_for_campaign
-from runners.registry import detector_record
-from runners.routing import (
+from runners.environments.routing import (
     Needs,
     describe_worker,
     environment_of_queue,
@@ -47,8 +44,14 @@ from runners.routing import (
     queue_for,
     queues_in_environments,
 )
+from runners.execution import execute
+from runners.models import Campaign, EnvironmentBuild, PythonEnvironment, Run, RunFailureKind, RunStatus, Worker
+from runners.plans import CampaignPlan
+from runners.progress import wait_for_campaign
 from runners.selectors import runnable_versions
-from runners.tasks import consume_environment_queues, execute_run
+from runners.tasks import execute_run
+from runners.worker.local import log_tail, start_worker, stop_process
+from runners.worker.startup import consume_environment_queues
 
 from .factories import PROGRAM_PREAMBLE, MaintainerFactory, ReproducerVersionFactory, RunFactory
 
@@ -125,7 +128,7 @@ def test_the_default_environment_is_never_a_built_record_that_has_its_name():
 def test_a_build_that_stops_while_writing_its_marker_leaves_none(settings, tmp_path, monkeypatch):
     """The marker says an environment is built: written whole or not at all, so that a build stopped half-way (the
     disk full) is built again, not found with a marker that cannot be read."""
-    from runners import environments
+    from runners.environments import python_environments as environments
 
     settings.SILENTBENCH_ENVIRONMENTS_DIR = tmp_path
     monkeypatch.setattr(environments, "resolve", lambda requirements: ["torch==9.9.9"])
@@ -198,7 +201,7 @@ def test_a_campaign_spans_environments_where_its_reproducers_declare_they_apply(
     old = environment("py3.11-torch2.3.0", "2.3.0")
     other = environment()
     recent, anything = version_needing(["torch>=2.4"]), version_needing(["torch>=2.0"])
-    plan = CampaignPlan.build([recent, anything], [detector_record("plain")], variants=["buggy"],
+    plan = CampaignPlan.build([recent, anything], [do_record_detector("plain")], variants=["buggy"],
                               environments=[old, other, default_environment()])
     cells = {(run.version, run.environment) for run in plan.runs}
     assert cells == {(anything, old), (recent, other), (anything, other), (recent, default_environment()),
@@ -209,12 +212,12 @@ def test_a_campaign_spans_environments_where_its_reproducers_declare_they_apply(
         (anything.pk, "py3.11-torch2.3.0", "cpu.py3.11-torch2.3.0"), (recent.pk, other.name, f"cpu.{other.name}"),
         (anything.pk, other.name, f"cpu.{other.name}"), (recent.pk, default_environment().name, "cpu"),
         (anything.pk, default_environment().name, "cpu")}
-    assert CampaignPlan.build([recent], [detector_record("plain")]).environments == (default_environment(),)
+    assert CampaignPlan.build([recent], [do_record_detector("plain")]).environments == (default_environment(),)
 
 
 def test_a_plan_whose_environments_none_of_its_reproducers_apply_to_is_refused():
     with pytest.raises(ValidationError) as refused:
-        CampaignPlan.build([version_needing(["torch>=2.4"])], [detector_record("plain")],
+        CampaignPlan.build([version_needing(["torch>=2.4"])], [do_record_detector("plain")],
                            environments=[environment("py3.11-torch2.3.0", "2.3.0")])
     assert "No chosen reproducer declares packages" in refused.value.message_dict["environments"][0]
 
@@ -251,7 +254,7 @@ def test_a_maintainer_asks_for_environments_in_the_api_and_the_builder(client):
 
 def test_the_run_and_campaign_pages_name_the_environment(client):
     other = environment()
-    plan = CampaignPlan.build([version_needing(["torch>=2.0"])], [detector_record("plain")], variants=["buggy"],
+    plan = CampaignPlan.build([version_needing(["torch>=2.0"])], [do_record_detector("plain")], variants=["buggy"],
                               environments=[other])
     campaign = do_create_campaign("on 2.11", plan, enqueue=False, acting_user=None)
     run = campaign.runs.get()
@@ -272,7 +275,7 @@ def test_the_run_and_campaign_pages_name_the_environment(client):
 # --- Refusals before anything runs -----------------------------------------------------------------------------
 
 def test_a_detector_that_needs_a_package_the_environment_lacks_is_refused():
-    run = Run(reproducer_version=version_needing(["torch>=2.0"]), detector=detector_record("traincheck"),
+    run = Run(reproducer_version=version_needing(["torch>=2.0"]), detector=do_record_detector("traincheck"),
               variant="buggy", seed=0, steps=3, python_environment=environment())
     outcome = execute(run)
     assert (outcome.succeeded, outcome.failure_kind) == (False, RunFailureKind.UNSERVABLE)
@@ -283,7 +286,7 @@ def test_a_detector_that_needs_a_package_the_environment_lacks_is_refused():
 
 def test_a_run_of_an_environment_not_built_on_this_worker_is_refused(settings, tmp_path):
     settings.SILENTBENCH_ENVIRONMENTS_DIR = tmp_path
-    run = Run(reproducer_version=version_needing(["torch>=2.0"]), detector=detector_record("plain"),
+    run = Run(reproducer_version=version_needing(["torch>=2.0"]), detector=do_record_detector("plain"),
               variant="buggy", seed=0, steps=3, python_environment=environment())
     outcome = execute(run)
     assert (outcome.succeeded, outcome.failure_kind, outcome.exit_code) == (False, RunFailureKind.UNSERVABLE, None)
@@ -364,7 +367,7 @@ def test_a_real_worker_serves_the_environments_it_is_told_to(built, monkeypatch,
         call_command("load_catalog")
         [version] = [v for v in runnable_versions(["PT-115607"]) if v.reproducer.name == "cpu"]
         campaign = do_create_campaign("through the broker", CampaignPlan.build(
-            [version], [detector_record("plain")], variants=["buggy"], environments=[built]), acting_user=None)
+            [version], [do_record_detector("plain")], variants=["buggy"], environments=[built]), acting_user=None)
         progress = wait_for_campaign(campaign, lambda line: None, timeout=300)
         assert progress["done"] == progress["total"] == 1, log_tail(log)
     finally:
@@ -385,7 +388,7 @@ def test_a_real_reproducer_runs_sealed_on_the_environments_torch(built, settings
     without a detector's probe."""
     do_load_catalog(settings.SILENTBENCH_CATALOG_DIR)
     [version] = [v for v in runnable_versions(["PT-115607"]) if v.reproducer.name == "cpu"]
-    plan = CampaignPlan.build([version], [detector_record("plain")], environments=[built])
+    plan = CampaignPlan.build([version], [do_record_detector("plain")], environments=[built])
     campaign = do_create_campaign("on 2.11", plan, enqueue=False, acting_user=None)
     for run in campaign.runs.all():
         assert run.queue == f"cpu.{built.name}"
@@ -404,7 +407,7 @@ def test_a_real_reproducer_runs_sealed_on_the_environments_torch(built, settings
     # plain, and an in-process detector, whose probe the project's modules install under that interpreter too
     for warm, detector in ((True, "plain"), (False, "plain"), (True, "nan_inf"), (False, "nan_inf")):
         settings.SILENTBENCH_WARM_START = warm
-        outcome = execute(Run(reproducer_version=printing, detector=detector_record(detector), variant="fixed",
+        outcome = execute(Run(reproducer_version=printing, detector=do_record_detector(detector), variant="fixed",
                               seed=0, steps=1, python_environment=built))
         assert outcome.succeeded, (outcome.failure_reason, outcome.stderr[-2000:])
         imported = outcome.oracle["summary"]  # 2.11.0+cu130: the package index's build is a CUDA one
@@ -456,7 +459,7 @@ def test_a_run_in_an_environment_cannot_write_into_it_nor_see_the_uv_cache_or_ot
         probe = ReproducerVersionFactory(files={"repro.py": program})
         for warm in (True, False):
             settings.SILENTBENCH_WARM_START = warm
-            outcome = execute(Run(reproducer_version=probe, detector=detector_record("plain"), variant="fixed",
+            outcome = execute(Run(reproducer_version=probe, detector=do_record_detector("plain"), variant="fixed",
                                   seed=0, steps=1, python_environment=built))
             assert outcome.succeeded, (outcome.failure_reason, outcome.stderr[-2000:])
             results = json.loads(outcome.oracle["summary"])

@@ -14,8 +14,8 @@ import pytest
 from django.db import IntegrityError
 from django.utils import timezone
 
-from runners import actions
-from runners.actions import (
+from runners.actions import runs as run_actions
+from runners.actions.runs import (
     MAX_ATTEMPTS,
     LostRuns,
     do_claim_run,
@@ -291,7 +291,7 @@ def test_logs_the_database_cannot_hold_are_left_out_of_the_failure():
 def test_a_run_lost_on_its_second_attempt_fails_and_its_campaign_completes(
         settings, monkeypatch, django_capture_on_commit_callbacks):
     enqueued = []
-    monkeypatch.setattr(actions, "enqueue_runs", enqueued.extend)
+    monkeypatch.setattr(run_actions, "enqueue_runs", enqueued.extend)
     settings.SILENTBENCH_WORKER_STALE_SECONDS = 60
     now = timezone.now()
     worker = WorkerFactory()
@@ -324,7 +324,7 @@ def test_a_run_lost_on_its_second_attempt_fails_and_its_campaign_completes(
 @pytest.mark.django_db
 def test_the_time_limit_reaper_and_a_restarted_worker_give_up_a_second_loss_too(
         monkeypatch, django_capture_on_commit_callbacks):
-    monkeypatch.setattr(actions, "enqueue_runs", lambda run_ids: None)
+    monkeypatch.setattr(run_actions, "enqueue_runs", lambda run_ids: None)
     long_ago = timezone.now() - timedelta(days=1)
     worker = WorkerFactory()
     first, second = (RunFactory(campaign=CampaignFactory(), status=RunStatus.RUNNING, worker=worker,

@@ -5,10 +5,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runners.actions import do_complete_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.campaigns import do_complete_campaign, do_create_campaign, do_retry_failed_runs
+from runners.actions.detectors import do_record_detector
 from runners.models import Run, RunStatus
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
 
 from .factories import AlarmFactory, BugFactory, ReproducerFactory, ReproducerVersionFactory
 
@@ -24,7 +24,7 @@ def queries(client, url):
 
 def test_completed_campaign_tables_are_cached_until_a_retry_reopens_it(client):
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-CACHE")))
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("param_not_updated")]),
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("param_not_updated")]),
                                   enqueue=False, acting_user=None)
     buggy = campaign.runs.get(variant="buggy")
     Run.objects.filter(campaign=campaign).update(status=RunStatus.SUCCEEDED, trigger_step=1, steps=3)

@@ -18,14 +18,12 @@ from django.test import override_settings
 from django.utils import timezone
 
 from benchmark_site.celery import app
-from runners.actions import current_environment, do_create_campaign, do_flag_unservable_runs, do_register_worker
-from runners.environment import gpu_inventory, host_capabilities, host_facts
-from runners.local_worker import log_tail, start_worker, stop_process
-from runners.models import Campaign, Run, RunStatus, Worker
-from runners.plans import CampaignPlan
-from runners.progress import wait_for_campaign
-from runners.registry import detector_record
-from runners.routing import (
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
+from runners.actions.runs import do_flag_unservable_runs
+from runners.actions.workers import current_environment, do_register_worker
+from runners.environments.host import gpu_inventory, host_capabilities, host_facts
+from runners.environments.routing import (
     DevicesBusy,
     Needs,
     NotEnoughDevices,
@@ -35,7 +33,11 @@ from runners.routing import (
     queue_name,
     queues_for_worker,
 )
+from runners.models import Campaign, Run, RunStatus, Worker
+from runners.plans import CampaignPlan
+from runners.progress import wait_for_campaign
 from runners.tasks import execute_run
+from runners.worker.local import log_tail, start_worker, stop_process
 
 from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory, WorkerFactory
 
@@ -158,7 +160,7 @@ def version_needing(files=None, **needs):
 def test_a_run_goes_to_the_queue_of_what_it_declares(needs, queue):
     version = version_needing(**needs)
     assert queue_for(version) == queue
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")], ["buggy"], [0]),
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("plain")], ["buggy"], [0]),
                                   enqueue=False, acting_user=None)
     assert list(campaign.runs.values_list("queue", flat=True)) == [queue]
 
@@ -228,7 +230,7 @@ def test_a_run_no_worker_can_serve_fails_with_the_reason(client):
                   last_seen=now)
     WorkerFactory(hostname="gone", queues=queues_for_worker({"gpus": TWO_A100 * 2}),
                   capabilities={"gpus": TWO_A100 * 2}, last_seen=now - timedelta(hours=1))
-    detector = detector_record("plain")
+    detector = do_record_detector("plain")
     plan = CampaignPlan.build([version_needing(gpus=2, gpu_memory_gb=40), version_needing(gpus=1)], [detector],
                               ["buggy"], [0])
     campaign = do_create_campaign("<b>mixed</b>", plan, enqueue=False, acting_user=None)
@@ -284,7 +286,7 @@ def test_a_lease_held_by_another_process_ends_with_it_even_by_kill_9(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
         import django, sys, time
         django.setup()
-        from runners.routing import Needs, device_lease
+        from runners.environments.routing import Needs, device_lease
         with device_lease(Needs(2), {TWO_A100!r}, {str(locks)!r}) as held:
             print(held, flush=True)
             time.sleep(600)
@@ -363,7 +365,7 @@ def test_a_worker_started_with_queues_auto_registers_and_pins_its_runs(two_gpus,
 
         campaign = do_create_campaign("pinned",
                                       CampaignPlan.build([version_needing(gpus=2, gpu_memory_gb=40)],
-                                                         [detector_record("plain")], ["fixed"], [0]), acting_user=None)
+                                                         [do_record_detector("plain")], ["fixed"], [0]), acting_user=None)
         progress = wait_for_campaign(campaign, lambda line: None, timeout=120)
         run = campaign.runs.get()
         assert progress["done"] == 1 and run.status == RunStatus.SUCCEEDED, (run.failure_reason, log_tail(log))
@@ -378,7 +380,7 @@ def test_queues_auto_gpu_leaves_cpu_runs_to_others_and_keeps_other_names(two_gpu
 
     from celery import Celery
 
-    from runners.tasks import consume_auto_queues
+    from runners.worker.startup import consume_auto_queues
 
     worker_app = Celery("routing-test", set_as_current=False)
     worker_app.amqp.queues.select(["auto-gpu", "nightly"])

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.actions import current_worker, do_claim_run
+from runners.actions.runs import do_claim_run
+from runners.actions.workers import current_worker
 from runners.execution import execute
 from runners.models import RunStatus
 from runners.tasks import execute_run
@@ -149,7 +150,7 @@ def test_a_run_is_claimed_once():
 
 def test_retrying_failed_runs_queues_new_attempts_and_keeps_what_they_were(client, django_capture_on_commit_callbacks):
     from core.models import AuditEvent
-    from runners.actions import do_retry_failed_runs
+    from runners.actions.campaigns import do_retry_failed_runs
 
     from .factories import MaintainerFactory, UserFactory
 
@@ -174,15 +175,15 @@ def test_retrying_failed_runs_queues_new_attempts_and_keeps_what_they_were(clien
 
 
 def test_a_campaign_counts_as_stalled_only_after_its_slowest_run_could_have_finished():
+    from runners.actions.detectors import do_record_detector
     from runners.progress import stall_limit
-    from runners.registry import detector_record
 
     campaign = CampaignFactory(name="c")
     version = ReproducerVersionFactory(time_limit_seconds=60)
-    RunFactory(campaign=campaign, reproducer_version=version, detector=detector_record("plain"))
+    RunFactory(campaign=campaign, reproducer_version=version, detector=do_record_detector("plain"))
     assert stall_limit(campaign) == 2 * 60 + 120
     # TrainCheck may run 8x longer and fit first: waiting only 240 s would call a healthy fit a stall
-    RunFactory(campaign=campaign, reproducer_version=version, detector=detector_record("traincheck"))
+    RunFactory(campaign=campaign, reproducer_version=version, detector=do_record_detector("traincheck"))
     assert stall_limit(campaign) == 2 * (60 * 8 * 2) + 120
 
 
@@ -211,7 +212,7 @@ def test_writing_outside_the_run_directory_is_refused(tmp_path):
 
 
 def test_a_reproducer_cannot_signal_its_worker():
-    from runners.sandbox import landlock_abi
+    from runners.executor import landlock_abi
 
     if landlock_abi() < 6:
         pytest.skip("signal scoping needs Landlock ABI 6")
@@ -226,7 +227,7 @@ def test_a_root_worker_runs_reproducers_as_an_unprivileged_user(settings):
     import pwd
     import sys
 
-    from runners.sandbox import Limits, run_sandboxed
+    from runners.executor import Limits, run_sandboxed
 
     if os.geteuid() != 0:
         pytest.skip("needs a root worker")
@@ -253,7 +254,7 @@ def test_a_reproducer_dies_with_the_process_that_started_it(tmp_path):
     import time
 
     token = f"sleeper-{uuid.uuid4().hex}"
-    starter = ("import sys\nfrom pathlib import Path\nfrom runners.sandbox import Limits, run_sandboxed\n"
+    starter = ("import sys\nfrom pathlib import Path\nfrom runners.executor import Limits, run_sandboxed\n"
                "d = Path(sys.argv[1])\n"
                f"run_sandboxed([sys.executable, '-c', 'import time; time.sleep(600)', {token!r}], d, "
                "{'HOME': str(d)}, Limits(time_limit_seconds=600, memory_mb=2048))\n")

@@ -1,4 +1,4 @@
-"""Hostile reproducers against the sealed sandbox (runners/isolation.py), with real processes.
+"""Hostile reproducers against the sealed sandbox (runners/executor/isolation.py), with real processes.
 
 Each attack here worked against the executor before runs were sealed in namespaces of their own
 (issue 17). CI's machines have user namespaces: these tests fail there, never skip, if a layer is
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from runners.execution import execute
+from runners.executor import Limits, isolation_layers, run_sandboxed
+from runners.failures import program_failure
 from runners.models import RunStatus
-from runners.sandbox import Limits, isolation_layers, run_sandboxed
 from runners.tasks import execute_run
 
 from .factories import GOOD_REPRODUCER, ReproducerVersionFactory, RunFactory
@@ -223,12 +224,12 @@ def test_runs_record_their_start_and_layers():
 
 
 def test_without_namespaces_untrusted_code_is_refused_unless_the_operator_opts_in(monkeypatch, tmp_path):
-    from runners import sandbox
+    from runners.executor import supervisor
 
-    monkeypatch.setattr(sandbox, "isolation_layers", lambda: {"namespaces": [], "error": "unshare: not allowed"})
+    monkeypatch.setattr(supervisor, "isolation_layers", lambda: {"namespaces": [], "error": "unshare: not allowed"})
     argv = ["/bin/sh", "-c", "echo ran"]
     refused = run_sandboxed(argv, tmp_path, {"HOME": str(tmp_path)}, Limits(time_limit_seconds=10, memory_mb=512))
-    assert refused.stdout == "" and "SILENTBENCH_ALLOW_UNISOLATED" in refused.failure_reason(Limits(10, 512))
+    assert refused.stdout == "" and "SILENTBENCH_ALLOW_UNISOLATED" in program_failure(refused, Limits(10, 512)).reason
     allowed = run_sandboxed(argv, tmp_path, {"HOME": str(tmp_path)},
                             Limits(time_limit_seconds=10, memory_mb=512, allow_unisolated=True))
     assert allowed.stdout.strip() == "ran" and "namespace" not in " ".join(allowed.layers)
@@ -267,9 +268,9 @@ def keep():  # a function in the script: its globals are in a reference cycle, a
 
 
 def test_a_worker_without_namespaces_refuses_the_run_with_the_reason(monkeypatch):
-    from runners import sandbox
+    from runners.executor import supervisor
 
-    monkeypatch.setattr(sandbox, "isolation_layers", lambda: {"namespaces": [], "error": "unshare: not allowed"})
+    monkeypatch.setattr(supervisor, "isolation_layers", lambda: {"namespaces": [], "error": "unshare: not allowed"})
     outcome = execute(hostile_run("oracle({})"))
     assert outcome.failure_kind == "sandbox_refusal", outcome.failure_reason
     assert "SILENTBENCH_ALLOW_UNISOLATED" in outcome.failure_reason and outcome.stdout == ""

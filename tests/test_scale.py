@@ -6,8 +6,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from runners.actions.detectors import do_record_detector
 from runners.models import Alarm, Campaign, Environment, Run, StabilityCheck
-from runners.registry import detector_record
 
 from .factories import (
     BugFactory,
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 def grow(bug, campaign, reproducers, runs_per_version):
     """Add reproducers (two versions each, a stability check, runs with alarms) to ``bug``'s history."""
     environment = Environment.objects.get_or_create(fingerprint="scale-test", defaults={"host": "h", "python": "3"})[0]
-    detectors = [detector_record("plain"), detector_record("nan_inf")]
+    detectors = [do_record_detector("plain"), do_record_detector("nan_inf")]
     start = bug.reproducers.count()
     for index in range(start, start + reproducers):
         reproducer = ReproducerFactory(bug=bug, name=f"cpu{index}")

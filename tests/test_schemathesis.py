@@ -30,7 +30,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 
 from accounts.actions import do_create_api_token
-from runners.registry import detector_record
+from runners.actions.detectors import do_record_detector
 
 from .factories import BugFactory, MaintainerFactory, ReproducerFactory, ReproducerVersionFactory, RunFactory
 from .helpers import BUG_FORM, FILES, SUBMISSION_MANIFEST
@@ -61,7 +61,7 @@ def app_in_test_transaction(db, monkeypatch):
     bug = BugFactory(bug_id="TEST-ST")  # real objects, for the ids the generator tries
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
     ReproducerVersionFactory(reproducer=version.reproducer, files={"repro.py": "print(1)"}, review_state="pending")
-    RunFactory(reproducer_version=version, detector=detector_record("plain"))
+    RunFactory(reproducer_version=version, detector=do_record_detector("plain"))
     yield
     request_started.connect(close_old_connections)
     request_finished.connect(close_old_connections)

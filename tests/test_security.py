@@ -34,12 +34,12 @@ from accounts.models import ApiToken
 from benchmark_site.security import client_ip
 from bugs.models import Bug, ReproducerVersion, ReviewState
 from runners import execution
-from runners.actions import do_create_campaign, do_retry_failed_runs
-from runners.local_worker import database_url
+from runners.actions.campaigns import do_create_campaign, do_retry_failed_runs
+from runners.actions.detectors import do_record_detector
 from runners.models import Campaign, Run, RunStatus
 from runners.plans import CampaignPlan
-from runners.registry import detector_record
 from runners.tasks import execute_run
+from runners.worker.local import database_url
 
 from .factories import (
     GOOD_REPRODUCER,
@@ -126,7 +126,7 @@ def test_task_replay_of_an_unapproved_version_is_refused(state, replay, marker, 
 def test_services_refuse_to_queue_unapproved_versions():
     pending = ReproducerVersionFactory(review_state=ReviewState.PENDING)
     with pytest.raises(Exception, match="Not approved"):
-        do_create_campaign("operator", CampaignPlan.build([pending], [detector_record("plain")]), acting_user=None)
+        do_create_campaign("operator", CampaignPlan.build([pending], [do_record_detector("plain")]), acting_user=None)
     assert not Run.objects.exists()
 
 
@@ -146,7 +146,7 @@ def test_a_retried_run_executes_the_exact_version_it_names(marker, sandbox_calls
     """Versions are immutable and approval is per version: a newer, unreviewed version of the same
     reproducer changes nothing about the runs of the approved one, retried or not."""
     approved = ReproducerVersionFactory()
-    campaign = do_create_campaign("c", CampaignPlan.build([approved], [detector_record("plain")], ["buggy"], [0]),
+    campaign = do_create_campaign("c", CampaignPlan.build([approved], [do_record_detector("plain")], ["buggy"], [0]),
                                   enqueue=False, acting_user=None)
     Run.objects.filter(campaign=campaign).update(status=RunStatus.FAILED)
     newer = ReproducerVersionFactory(reproducer=approved.reproducer, files={"repro.py": marking_code(marker)},
@@ -282,7 +282,7 @@ def world():
     pending = ReproducerVersionFactory(reproducer=version.reproducer, review_state=ReviewState.PENDING,
                                        files={"repro.py": "x = 1"})
     campaign = do_create_campaign("c",
-                                  CampaignPlan.build([version], [detector_record("plain")], ["buggy", "fixed"],
+                                  CampaignPlan.build([version], [do_record_detector("plain")], ["buggy", "fixed"],
                                                      [0]), enqueue=False, acting_user=None)
     queued, failed = campaign.runs.order_by("id")
     Run.objects.filter(pk=failed.pk).update(status=RunStatus.FAILED)
@@ -349,7 +349,7 @@ def csrf_cases(maintainer, contributor):
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug))
     pending = ReproducerVersionFactory(reproducer=version.reproducer, review_state=ReviewState.PENDING,
                                        files={"repro.py": "y = 2"})
-    campaign = do_create_campaign("c", CampaignPlan.build([version], [detector_record("plain")], ["buggy"], [0]),
+    campaign = do_create_campaign("c", CampaignPlan.build([version], [do_record_detector("plain")], ["buggy"], [0]),
                                   enqueue=False, acting_user=None)
     token, _ = do_create_api_token("t", acting_user=contributor)
     return [
@@ -594,7 +594,7 @@ def test_a_reproducer_cannot_read_the_workers_secrets(tmp_path):
     environment, /proc/self/environ, its worker's /proc/<pid>/environ and every /proc/*/environ it
     can open: it finds none, and it cannot open the worker's memory.
 
-    What keeps them out (runners/sandbox.py): the run's environment is built from nothing; the worker
+    What keeps them out (runners/executor/): the run's environment is built from nothing; the worker
     is non-dumpable and wipes secret values from the block /proc/<pid>/environ shows; a reproducer
     running as another user (a root worker's ``nobody``) cannot open that file at all, and one running
     as root has no CAP_SYS_PTRACE, so no access to the worker's memory."""

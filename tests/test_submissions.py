@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from bugs.actions import do_review_version, do_submit_reproducer
 from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState
 from bugs.submissions import SubmissionLimits, read_uploads, reproducer_problems
-from runners.actions import do_complete_campaign
+from runners.actions.campaigns import do_complete_campaign
 from runners.models import Campaign, CampaignPurpose, Run, RunStatus, StabilityCheck
 
 from .factories import GOOD_REPRODUCER, BugFactory, MaintainerFactory, UserFactory

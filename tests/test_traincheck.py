@@ -3,9 +3,9 @@ import json
 
 import pytest
 
+from runners.actions.detectors import do_record_detector
 from runners.detectors.traincheck import instrumentation_spec, models_to_track, read_json_stream, violation_alarms
 from runners.models import FitArtifact, Run, RunFailureKind, RunStatus
-from runners.registry import detector_record
 from runners.tasks import execute_run
 
 from .factories import PROGRAM_PREAMBLE, ReproducerFactory, ReproducerVersionFactory, RunFactory
@@ -160,7 +160,7 @@ def test_traincheck_fits_on_a_clean_pipeline_then_catches_the_frozen_optimizer(n
     pipeline = ReproducerFactory(bug=None, name="tiny-adam")
     ReproducerVersionFactory(reproducer=pipeline, files={"pipeline.py": TRAINING}, entrypoint="pipeline.py",
                              default_steps=8, time_limit_seconds=60, memory_mb=4096)
-    detector = detector_record(name, {"fit_pipelines": ["tiny-adam"]})
+    detector = do_record_detector(name, {"fit_pipelines": ["tiny-adam"]})
     bug = ReproducerVersionFactory(files={"repro.py": TRAINING}, time_limit_seconds=60, memory_mb=4096)
     runs = {variant: RunFactory(reproducer_version=bug, detector=detector, variant=variant, seed=1, steps=8)
             for variant in ("buggy", "fixed")}

@@ -18,9 +18,9 @@ from evaluation.traincheck_protocols import (
     relevance_of,
     render,
 )
+from runners.actions.detectors import do_record_detector
 from runners.detectors.traincheck import TrainCheckError, deployed_invariants
 from runners.models import Run, RunStatus
-from runners.registry import detector_record
 from runners.tasks import execute_run
 
 from .factories import (
@@ -191,7 +191,7 @@ def test_a_bug_fitted_on_its_own_fixed_variant_is_caught_by_its_relevant_invaria
     bug = BugFactory(bug_id="PT-FORUM-84911", source="TrainCheck bug table")
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug), files={"repro.py": TRAINING},
                                        default_steps=8, time_limit_seconds=60, memory_mb=4096)
-    detector = detector_record("traincheck", {"fit_on_self": True, "fit_seed": 1})
+    detector = do_record_detector("traincheck", {"fit_on_self": True, "fit_seed": 1})
     runs = {variant: RunFactory(reproducer_version=version, detector=detector, variant=variant, seed=0, steps=8)
             for variant in ("buggy", "fixed")}
     for run in runs.values():

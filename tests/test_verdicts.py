@@ -8,8 +8,8 @@ from django.utils.html import strip_tags
 
 from evaluation.metrics import AlarmPoint, judge_run
 from evaluation.verdicts import table_verdicts
+from runners.actions.detectors import do_record_detector
 from runners.models import Run
-from runners.registry import detector_record
 
 from .factories import (
     AlarmFactory,
@@ -34,7 +34,7 @@ def version():
 
 def make_run(version, variant="buggy", alarm_steps=(), detector="param_not_updated", rule="r", **fields):
     fields = {"status": "succeeded", "trigger_step": 2, "manifested": variant == "buggy", **fields}
-    run = RunFactory(reproducer_version=version, detector=detector_record(detector), variant=variant, **fields)
+    run = RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant, **fields)
     for step in alarm_steps:
         AlarmFactory(run=run, step=step, rule=rule)
     return run
@@ -122,7 +122,7 @@ def test_the_bug_page_names_the_detectors_that_catch_it_from_its_latest_campaign
     make_run(version, detector="grad_health", alarm_steps=[3], campaign=older)  # an older campaign: not judged
     make_run(version, alarm_steps=[3], rule="own", campaign=campaign)  # caught beyond the fixed twin
     make_run(version, variant="fixed", campaign=campaign)
-    alike = detector_record("nan_inf")
+    alike = do_record_detector("nan_inf")
     for variant in ("buggy", "fixed"):  # detected, but the fixed twin raised the same rule
         AlarmFactory(run=RunFactory(reproducer_version=version, detector=alike, variant=variant, status="succeeded",
                                     trigger_step=2, campaign=campaign), step=3, rule="same")

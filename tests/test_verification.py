@@ -6,7 +6,7 @@ from rest_framework.test import APIClient
 
 from bugs.actions import do_deprecate_bug
 from bugs.models import Bug, BugStatus
-from runners.actions import do_record_stability
+from runners.actions.campaigns import do_record_stability
 from runners.models import StabilityCheck, StabilityVerdict
 
 from .factories import (

@@ -10,8 +10,8 @@ from django.core.management import CommandError, call_command
 
 from evaluation.models import Bisection, BisectionProbe, BisectionStatus
 from evaluation.versions import MATRIX_KEY
+from runners.environments.routing import in_environment
 from runners.models import Campaign, PythonEnvironment, Run, RunStatus
-from runners.routing import in_environment
 
 from .factories import (
     BugFactory,

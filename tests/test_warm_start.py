@@ -1,7 +1,7 @@
 """Warm starts change nothing a run reports: every CPU reproducer of the catalog and every clean pipeline, both
 variants, seed 0, under ``plain``, executed cold (``SILENTBENCH_WARM_START=False``: ``python repro.py`` in the
 sandbox) and warm (forked from the zygote that has imported torch), give the same oracle verdict and bitwise the
-same per-step losses. Multi-rank reproducers' ranks are forked from the warm process too (runners.zygote), which
+same per-step losses. Multi-rank reproducers' ranks are forked from the warm process too (runners.executor.zygote), which
 the last test sees from inside the ranks."""
 import struct
 from pathlib import Path
@@ -11,9 +11,9 @@ import yaml
 from django.conf import settings
 
 from bugs.catalog import PIPELINES_DIR, do_load_catalog
+from runners.actions.detectors import do_record_detector
 from runners.execution import execute
 from runners.models import Run
-from runners.registry import detector_record
 from runners.selectors import runnable_versions
 
 from .factories import PROGRAM_PREAMBLE, ReproducerVersionFactory
@@ -55,7 +55,7 @@ def losses(outcome):
 
 def run_once(version, variant, warm, settings, steps=None):
     settings.SILENTBENCH_WARM_START = warm
-    run = Run(reproducer_version=version, detector=detector_record("plain"), variant=variant, seed=0,
+    run = Run(reproducer_version=version, detector=do_record_detector("plain"), variant=variant, seed=0,
               steps=steps or version.default_steps)
     outcome = execute(run)
     mode = "warm" if warm else "cold"

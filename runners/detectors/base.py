@@ -1,12 +1,16 @@
-"""What a detector plugin is, and the probe that runs it inside a reproducer process."""
+"""What a detector plugin is, the registry of plugins, and the probe that runs one inside a reproducer process."""
 import hmac
+import importlib
 import importlib.util
 import json
 import os
+import pkgutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..executor import Limits, Preload, warm_torch
 
 registered_plugins = {}
 # What a detector needs from the program it watches (``DetectorPlugin.integration``), and what each label means.
@@ -22,7 +26,9 @@ ALARM_KEY_ENV = "SILENTBENCH_ALARM_KEY"  # the run's alarm key (hex), for the pr
 DETECTOR_MODULE_ENV = "SILENTBENCH_DETECTOR_MODULE"
 DETECTOR_MODULE_FILE = ".silentbench-detector.py"
 SUBMITTED_MODULE = "runners.detectors.submitted"  # the name it is imported under (relative imports work)
+PLUGIN_PACKAGE = __name__.rpartition(".")[0]  # runners.detectors: every module of it but this one is a plugin
 _importing_submitted = False  # while a submitted module is imported, ``register`` leaves the registry alone
+_loaded = False
 
 
 def alarm_mac(key, record):
@@ -46,6 +52,35 @@ def register(cls):
     return cls
 
 
+def all_plugins():
+    """Every registered plugin, by name: every module of the plugin package is imported the first time."""
+    global _loaded
+    if not _loaded:
+        for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+            if module.name != "base":
+                importlib.import_module(f"{PLUGIN_PACKAGE}.{module.name}")
+        _loaded = True
+    return dict(sorted(registered_plugins.items()))
+
+
+def get_plugin(name):
+    plugins = all_plugins()
+    if name not in plugins:
+        raise KeyError(f"unknown detector {name!r}; registered: {', '.join(plugins)}")
+    return plugins[name]
+
+
+def preload_probe():
+    """What the zygote of instrumented runs imports (``PROBE_PRELOAD``): torch, warm, and every plugin module, as the
+    probe loads them."""
+    warm_torch()
+    all_plugins()
+
+
+PROBE_PRELOAD = Preload("torch", f"{__name__}:preload_probe")
+PROBE_START = f"{__name__}:start_probe"  # what a warm run calls first to install its detector (runners.executor)
+
+
 class DetectorPlugin:
     """A detector. Subclasses set the metadata and implement ``install``.
 
@@ -67,7 +102,7 @@ class DetectorPlugin:
     time_limit_factor = 1  # how much longer than the reproducer's own limit an instrumented run may take
     fit_family = ""  # detectors of one family share their fit artifacts (default: the plugin's own name)
     fit_config_keys = ()  # the config keys that change what ``fit`` learns
-    preload = "torch"  # what the zygote its runs fork from has imported (runners.zygote.PRELOADS)
+    preload = PROBE_PRELOAD  # what the zygote its runs fork from has imported (runners.executor.Preload)
 
     def config(self, overrides=None):
         """The plugin's ``default_config`` with ``overrides`` (a detector record's config) applied."""
@@ -84,11 +119,13 @@ class DetectorPlugin:
     def tool_version(self):
         """Version of the outside tool the detector drives, if any, as a string ("" when there is none).
 
-        Part of a fit artifact's key (``runners.fitting.ensure_fit``): a new tool version fits anew."""
+        Part of a fit artifact's key (``runners.detector_versions.fitting.ensure_fit``): a new tool version fits
+        anew."""
         return ""
 
     def fit(self, programs, workdir, env, limits, config):
-        """Learn from clean reference programs; called by ``runners.fitting.ensure_fit`` when ``needs_fit``.
+        """Learn from clean reference programs; called by ``runners.detector_versions.fitting.ensure_fit`` when
+        ``needs_fit``.
 
         ``programs`` is a list of ``(directory, entrypoint, args)``, one materialized clean program each
         (args: ``--variant fixed --seed N --steps N``); ``workdir`` a scratch directory removed afterwards;
@@ -197,7 +234,7 @@ class Probe:
 def load_submitted_plugin(path):
     """An instance of the one DetectorPlugin subclass that the module at ``path`` (a submitted detector's stored
     source) defines. Called only inside a run's sandbox: the probe of an instrumented run, and the sandboxed
-    process of its offline analysis or fit (runners.detector_host). Its ``@register`` does not touch the
+    process of its offline analysis or fit (runners.detector_versions.host). Its ``@register`` does not touch the
     built-in registry, so a submitted version may share a name with what is registered."""
     global _importing_submitted
     spec = importlib.util.spec_from_file_location(SUBMITTED_MODULE, path)
@@ -224,8 +261,6 @@ def start_probe(alarm_key=None):
     ``torch.multiprocessing.spawn`` are new interpreters that run this again (in a warm run they fork with
     the probe in place). What a reproducer can still do with it: docs/reproducer-protocol.md.
     """
-    from . import get_plugin
-
     inherited = os.environ.pop(ALARM_KEY_ENV, None)
     alarm_key = alarm_key or inherited
     module = os.environ.get(DETECTOR_MODULE_ENV)
@@ -255,8 +290,8 @@ class RunContext:
     entrypoint: str
     config: dict
     env: dict
-    limits: object
+    limits: Limits
     fit_artifact: str | None = None
     summary: dict = field(default_factory=dict)
     cwd: Path | None = None
-    preload: str | tuple | None = None
+    preload: Preload | None = None

@@ -1,13 +1,13 @@
 """TrainCheck (OSDI'25), the real ``traincheck`` package, run as an outer command.
 
 fit: ``traincheck-collect`` runs each clean reference pipeline, ``traincheck-infer`` learns invariants
-from their traces; the runner caches the result as a versioned artifact (``runners.fitting``).
+from their traces; the runner caches the result as a versioned artifact (``runners.detector_versions.fitting``).
 check: ``traincheck-collect`` traces the reproducer (``selective``: only what the invariants need, or
 ``full``), then ``traincheck-check`` checks the trace; each violated invariant becomes one alarm at
 the training step of its first violating trace record.
 
 Every phase is a sealed run forked warm from a zygote that has imported torch and TrainCheck
-(runners.zygote, preload "traincheck"), so none pays the interpreter's, torch's or TrainCheck's start-up:
+(``TRAINCHECK_PRELOAD``: ``preload_traincheck``), so none pays the interpreter's, torch's or TrainCheck's start-up:
 ``traincheck-collect --only-instr`` writes TrainCheck's instrumented copy of the script
 (``_traincheck_<name>.py``, beside it), the run executes that copy as ``__main__`` with the script's
 arguments from TrainCheck's output directory, where the copy finds its instrumentation options (as
@@ -18,7 +18,7 @@ starting a trace of its own (``ForkedRankTracer``).
 
 The instrumented copy itself forks from a zygote that has also instrumented torch as the copy's first
 ``Instrumentor(torch, ...).instrument()`` would, with the same options and ``instr_opts.json``
-(``instrumentation_spec``; preload "traincheck-instrumented", one zygote per fit and collection mode), and has
+(``instrumentation_spec``; ``INSTRUMENTED_PRELOAD``, one zygote per fit and collection mode), and has
 then imported torch's compiler untraced, as the first optimizer would: the copy's own instrumentation then wraps
 nothing more, and neither costs the run (about 2.8 and 2.5 s per traced process). A copy whose head does more
 than import the standard library, TrainCheck and torch before that call instruments torch itself, as before.
@@ -34,14 +34,17 @@ It imports no Django: the registry also loads this module inside reproducer proc
 """
 import ast
 import json
+import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from importlib import metadata
 from pathlib import Path
 
-from ..sandbox import run_sandboxed
+from ..executor import Preload, SandboxedProgramFailed, add_run_start_hook, run_sandboxed, spawn_by_fork_with
 from .base import DROP_IN, DetectorPlugin, register
 
 WORK_DIR = ".traincheck"
@@ -49,6 +52,12 @@ MAX_ALARMS = 500
 MAX_SETUP_ALARMS = 50
 INSTRUMENTED_PREFIX = "_traincheck_"  # TrainCheck's name for its instrumented copy of a script
 TRAINCHECK_ENV = {"PYTORCH_JIT": "0"}  # what TrainCheck's runner sets for the programs it traces
+# The zygotes TrainCheck's phases fork from (runners.executor.zygote): TrainCheck imported, and for a traced program,
+# torch instrumented already (``preload_traincheck_instrumented``, with the copy's ``instrumentation_spec``).
+TRAINCHECK_PRELOAD = Preload("traincheck", f"{__name__}:preload_traincheck", packages=("torch", "traincheck"),
+                             env=tuple(TRAINCHECK_ENV.items()))
+INSTRUMENTED_PRELOAD = Preload("traincheck-instrumented", f"{__name__}:preload_traincheck_instrumented",
+                               packages=("torch", "traincheck"), env=tuple(TRAINCHECK_ENV.items()))
 # What the head of an instrumented copy may set, as traincheck-collect writes it: a zygote outside the sandbox
 # applies these (instrumentation_spec), so nothing else of the copy is taken.
 HEAD_SETTINGS = {"INSTR_DESCRIPTORS": (bool,), "MODEL_TRACKER_STYLE": (str, type(None)), "USE_TORCH_COMPILE": (bool,)}
@@ -60,6 +69,10 @@ OPTIMIZER_LINE = re.compile(r"^[ \t]*\w+[ \t]*=[ \t]*[\w.]*\([ \t]*(\w+)(?:\.\w+
 
 class TrainCheckError(RuntimeError):
     """A TrainCheck phase did not complete; the message says which and why."""
+
+
+class TrainCheckToolFailed(TrainCheckError, SandboxedProgramFailed):
+    """One of TrainCheck's tools, run sealed, did not end well (runners.failures words how)."""
 
 
 def tool_version():
@@ -126,7 +139,7 @@ def instrument(workdir, entrypoint, output_dir, config, env, limits, invariants_
 
 def instrumentation_spec(copy, output_dir):
     """What a zygote needs to instrument torch as TrainCheck's instrumented ``copy`` does first thing
-    (``runners.zygote.preload_traincheck_instrumented``), as JSON: the copy's ``general_config`` settings, the
+    (``preload_traincheck_instrumented``), as JSON: the copy's ``general_config`` settings, the
     options of its ``Instrumentor`` calls and its ``instr_opts.json``. None, and the program instruments torch
     itself, unless the copy runs nothing before ``Instrumentor(torch, ...).instrument()`` but the standard library,
     TrainCheck and ``import torch``, and every ``Instrumentor`` call of it has the same options."""
@@ -350,18 +363,70 @@ class ForkedRankTracer:
                 thread.join()
 
 
+def preload_traincheck():
+    """What each of TrainCheck's phases imports first: torch, then TrainCheck's instrumentor, collector,
+    checker and inference engine. Nothing more of torch: TrainCheck instruments the torch modules loaded
+    when the program starts, so a warm run must find the ones a cold run would (no optimizer warm-up).
+
+    Ranks fork from the traced program, already instrumented, and each starts a trace of its own
+    (``ForkedRankTracer``)."""
+    import torch  # noqa: F401
+    import traincheck.checker  # noqa: F401
+    import traincheck.collect_trace  # noqa: F401
+    import traincheck.infer_engine  # noqa: F401
+    import traincheck.instrumentor.tracer  # noqa: F401
+
+    spawn_by_fork_with(ForkedRankTracer)
+
+
+def preload_traincheck_instrumented(spec_path):
+    """``preload_traincheck``, then torch instrumented as TrainCheck's instrumented copy of a program would
+    instrument it first thing (``instrumentation_spec``: the copy's settings, the options of its ``Instrumentor``
+    calls and its ``instr_opts.json``), then the first optimizer's imports, untraced.
+
+    In a program forked from here the copy's own ``Instrumentor(...).instrument()`` calls wrap nothing more and
+    return at once (TrainCheck skips what it has instrumented), and its first optimizer finds ``torch._dynamo``
+    imported. Only the order differs from a cold run: torch's compiler is imported *after* instrumentation, as the
+    cold run imports it, so the same functions are wrapped (importing it first wraps 5,167 more); but the calls torch
+    makes while importing it are not traced, in fitting and checking alike."""
+    preload_traincheck()
+    import torch
+    import traincheck.config.config as traincheck_config
+    from traincheck.instrumentor.tracer import Instrumentor
+
+    with open(spec_path, encoding="utf-8") as source:
+        spec = json.load(source)
+    for name, value in spec["config"].items():
+        setattr(traincheck_config, name, value)
+    scratch, home = tempfile.mkdtemp(prefix="zygote-traincheck-"), os.getcwd()
+    os.environ["TRAINCHECK_OUTPUT_DIR"] = scratch  # the zygote's own instrumentation log, removed below
+    os.chdir(scratch)
+    try:
+        if spec["instr_opts"] is not None:  # read once by the first Instrumentor, kept by TrainCheck for the process
+            Path(scratch, traincheck_config.INSTR_OPTS_FILE).write_text(spec["instr_opts"], encoding="utf-8")
+        Instrumentor(torch, **spec["instrumentor"]).instrument()
+        traincheck_config.DISABLE_WRAPPER = True
+        try:
+            torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo (warm_torch)
+        finally:
+            traincheck_config.DISABLE_WRAPPER = False
+    finally:
+        os.chdir(home)
+        os.environ.pop("TRAINCHECK_OUTPUT_DIR", None)
+        shutil.rmtree(scratch, ignore_errors=True)
+    add_run_start_hook(ForkedRankTracer.start)  # a run forked from here starts a trace of its own
+
+
 def traced_program_preload(copy, output_dir):
     """The zygote to fork an instrumented copy from: one with torch instrumented already, when the copy allows it."""
     spec = instrumentation_spec(copy, output_dir)
-    return "traincheck" if spec is None else ("traincheck-instrumented", spec)
+    return TRAINCHECK_PRELOAD if spec is None else INSTRUMENTED_PRELOAD.with_argument(spec)
 
 
-def _run_tool(argv, workdir, env, limits, phase, preload="traincheck"):
+def _run_tool(argv, workdir, env, limits, phase, preload=TRAINCHECK_PRELOAD):
     result = run_sandboxed(argv, workdir, env, limits, warm=limits.warm_start, preload=preload)
-    reason = result.failure_reason(limits)
-    if reason:
-        tail = (result.stderr or result.stdout)[-1500:]
-        raise TrainCheckError(f"traincheck {phase} failed: {reason}\n{tail}")
+    if result.ending() is not None:
+        raise TrainCheckToolFailed(f"traincheck {phase}", result, limits)
     return result
 
 
@@ -381,10 +446,11 @@ class TrainCheck(DetectorPlugin):
         "fit_seed": 0,
         # Optional, absent by default: "deploy_top": N checks only the N best-supported invariants
         # (deployed_invariants); "fit_on_self": True fits on the fixed variant of the program under test
-        # (runners.fitting.reference_versions). Both serve the paper's protocol (evaluation.traincheck_protocols).
+        # (runners.detector_versions.fitting.reference_versions). Both serve the paper's protocol
+        # (evaluation.traincheck_protocols).
     }
     instruments = False  # no probe: TrainCheck's instrumented copy of the script runs instead
-    preload = "traincheck"
+    preload = TRAINCHECK_PRELOAD
     needs_fit = True
     fit_family = "traincheck"
     fit_config_keys = ("model_tracker_style", "fit_seed")

@@ -21,7 +21,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from benchmark_site.celery import app
 from devtools.browser import VIEWPORT, launch
-from runners.local_worker import log_tail, start_worker, stop_process
+from runners.worker.local import log_tail, start_worker, stop_process
 
 TIMEOUT_MS = 20_000  # generous: the machine may be busy with runs
 expect.set_options(timeout=TIMEOUT_MS)

@@ -6,11 +6,11 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import expect
 
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.models import Run
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.registry import detector_record
 from runners.selectors import runnable_versions
 
 from ..factories import AlarmFactory, BugFactory, CampaignFactory, RunFactory
@@ -24,7 +24,7 @@ HOSTILE = "<script>alert('pwned')</script><img src=x onerror=alert(1)>"
 
 def finished_runs():
     """DS-1801 detected by param_not_updated; on SO-60335387 it stays silent on buggy and alarms on fixed."""
-    guard = detector_record("param_not_updated")
+    guard = do_record_detector("param_not_updated")
     versions = {v.reproducer.bug.bug_id: v for v in runnable_versions(["DS-1801", "SO-60335387"])}
 
     def run(bug_id, variant, alarm_step=None):
@@ -103,7 +103,7 @@ def test_a_real_run_plots_its_loss(page, live_site, celery_worker):
     call_command("load_catalog")
     versions = runnable_versions(["PT-FORUM-84911"])
     campaign = do_create_campaign("browser",
-                                  CampaignPlan.build(versions, [detector_record("plain")], ["buggy", "fixed"],
+                                  CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy", "fixed"],
                                                      [0]), acting_user=None)
 
     page.goto(campaign.get_absolute_url())

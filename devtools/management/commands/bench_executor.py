@@ -37,15 +37,15 @@ from django.utils import timezone
 
 from core.cli import comma_list, int_list, positive_int
 from core.enums import Variant
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
+from runners.detector_versions.fitting import ensure_fit, is_fit_reference
 from runners.detectors import get_plugin
-from runners.fitting import ensure_fit, is_fit_reference
-from runners.local_worker import local_worker, log_tail
 from runners.models import Campaign, RunStatus, Worker
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.registry import detector_record
 from runners.selectors import runnable_versions
+from runners.worker.local import local_worker, log_tail
 
 MODES = {"cold": "false", "warm": "true"}  # start mode -> SILENTBENCH_WARM_START of its worker
 WORKER_START_TIMEOUT = 120
@@ -115,7 +115,7 @@ class Command(BaseCommand):
             raise CommandError(f"no such detector: {detector}") from error
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
-        record = detector_record(detector)
+        record = do_record_detector(detector)
         versions = [version for version in self.versions(bugs, pipelines) if not is_fit_reference(version, record)]
         if plugin.needs_fit:
             started = time.monotonic()

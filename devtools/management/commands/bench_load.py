@@ -34,8 +34,8 @@ from django.db import connection
 
 from core.cli import positive_int
 from devtools.loadbench import GUNICORN_CONFIG, endpoints, gunicorn, gunicorn_settings, hammer
-from runners.local_worker import database_url
 from runners.models import Alarm, Run
+from runners.worker.local import database_url
 
 
 class Command(BaseCommand):

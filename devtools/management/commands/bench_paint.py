@@ -20,8 +20,8 @@ from devtools.loadbench import gunicorn
 from devtools.pages import example_run
 from devtools.paint import measure, paint_table
 from evaluation.models import Evaluation
-from runners.local_worker import database_url
 from runners.models import Alarm, Run
+from runners.worker.local import database_url
 
 
 def pages():

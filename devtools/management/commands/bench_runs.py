@@ -23,13 +23,13 @@ from django.core.management.base import BaseCommand
 
 from core.enums import Variant
 from devtools.loadbench import idle_dispatch, run_direct, run_specs, run_through_workers, throughput_summary
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
 from runners.execution import materialize
-from runners.local_worker import local_worker
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
-from runners.registry import detector_record
 from runners.selectors import runnable_versions
+from runners.worker.local import local_worker
 
 
 def run_alone(version, variant, seed):
@@ -75,7 +75,7 @@ class Command(BaseCommand):
 
         (settings.VAR_DIR / "logs").mkdir(parents=True, exist_ok=True)
         with local_worker(settings.VAR_DIR / "logs" / "bench-worker.log", name="bench"):
-            plain = detector_record("plain")
+            plain = do_record_detector("plain")
             time.sleep(3)  # let the worker connect before the first measurement
             pipeline, dispatch = {}, []
             for version in versions:
@@ -101,7 +101,7 @@ class Command(BaseCommand):
         self.stdout.write(f"median pipeline/alone wall ratio: {statistics.median(ratios):.2f}")
 
     def throughput(self, versions, count, workers, idle, broker, database):
-        plain = detector_record("plain")
+        plain = do_record_detector("plain")
         specs = run_specs(versions, count)
         load = os.getloadavg()
         self.stdout.write(f"broker={broker} database={database}: {count} plain runs of "

@@ -17,7 +17,7 @@ from django.db import connection
 
 from devtools.browser import VIEWPORT, launch
 from devtools.pages import example_campaign, example_review, example_run
-from runners.local_worker import database_url, log_tail, stop_process
+from runners.worker.local import database_url, log_tail, stop_process
 
 MAX_HEIGHT = 3000  # px; a full-page shot is cut here
 

@@ -16,15 +16,15 @@ from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation
 from evaluation.overhead import do_measure_overhead
 from evaluation.results_doc import render
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
+from runners.actions.detectors import do_record_detector
+from runners.detector_versions.fitting import FitError, ensure_fit, is_fit_reference
 from runners.detectors import all_plugins, get_plugin
 from runners.detectors.traincheck import tool_version
-from runners.fitting import FitError, ensure_fit, is_fit_reference
-from runners.local_worker import wait_with_local_worker
 from runners.management.commands.run_campaign import plan_from_options
 from runners.models import CampaignPurpose
-from runners.registry import detector_record
 from runners.selectors import runnable_versions
+from runners.worker.local import wait_with_local_worker
 
 
 def command_line(options):
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         write = line_writer(sys.stdout)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
-        plain = detector_record("plain")
+        plain = do_record_detector("plain")
         every_pipeline = [version.reproducer.name for version in runnable_versions(pipelines=True)]
         plan = plan_from_options({
             "bugs": options["bugs"], "pipelines": options["pipelines"] or every_pipeline,

@@ -11,10 +11,10 @@ from core.cli import comma_list, int_list, line_writer, positive_int
 from core.enums import Variant
 from evaluation.tables import cell_text, detection_table
 from runners.detectors import all_plugins
-from runners.local_worker import local_worker, log_tail, stop_process
 from runners.management.commands.run_campaign import create_campaign_from_options
 from runners.models import RunStatus
 from runners.progress import wait_for_campaign
+from runners.worker.local import local_worker, log_tail, stop_process
 
 
 class Command(BaseCommand):

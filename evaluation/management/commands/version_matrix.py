@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.cli import comma_list, positive_int
 from evaluation.actions import do_create_version_matrix
 from runners.bisection import release_environment, release_key
-from runners.environments import EnvironmentBuildError
+from runners.environments.python_environments import EnvironmentBuildError
 from runners.selectors import live_workers, runnable_versions
 
 

@@ -1,4 +1,4 @@
-"""Build a Python environment on this machine (runners/environments.py, docs/environments.md).
+"""Build a Python environment on this machine (runners/environments/python_environments.py, docs/environments.md).
 
     python manage.py build_environment torch==2.11.0
     python manage.py build_environment torch==2.15.0 numpy==2.4.6
@@ -10,7 +10,7 @@ import socket
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runners.environments import EnvironmentBuildError, build_environment, environment_dir
+from runners.environments.python_environments import EnvironmentBuildError, build_environment, environment_dir
 from runners.models import EnvironmentBuild
 
 

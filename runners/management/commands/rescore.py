@@ -4,18 +4,18 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import line_writer, positive_int
-from runners.actions import do_start_scoring
+from runners.actions.detector_versions import do_start_scoring
+from runners.actions.detectors import do_record_builtin_detector_version
 from runners.detectors import all_plugins, get_plugin
-from runners.local_worker import wait_with_local_worker
 from runners.models import DetectorReviewState, DetectorVersion
-from runners.registry import builtin_version
+from runners.worker.local import wait_with_local_worker
 
 
 def newest_approved(name, version=None):
     """The DetectorVersion to score: a built-in's current code, or a submitted detector's newest approved version
     (or its approved ``version``)."""
     if name in all_plugins() and version in (None, get_plugin(name).version):
-        return builtin_version(get_plugin(name))
+        return do_record_builtin_detector_version(get_plugin(name))
     versions = DetectorVersion.objects.filter(name=name, review_state=DetectorReviewState.APPROVED)
     if version is not None:
         versions = versions.filter(version=version)

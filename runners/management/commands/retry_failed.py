@@ -4,10 +4,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, line_writer, positive_int
-from runners.actions import do_retry_failed_runs
+from runners.actions.campaigns import do_retry_failed_runs
 from runners.failures import parse_kinds
-from runners.local_worker import wait_with_local_worker
 from runners.models import Campaign
+from runners.worker.local import wait_with_local_worker
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, int_list, line_writer, positive_int
 from core.enums import Variant
-from runners.actions import do_create_campaign
+from runners.actions.campaigns import do_create_campaign
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
 

@@ -5,10 +5,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, line_writer, positive_int
-from runners.actions import do_complete_campaign, do_start_verification
-from runners.local_worker import wait_with_local_worker
+from runners.actions.campaigns import do_complete_campaign, do_start_verification
 from runners.management.commands.run_campaign import plan_from_options
 from runners.models import RunStatus, StabilityCheck, StabilityVerdict
+from runners.worker.local import wait_with_local_worker
 
 
 class Command(BaseCommand):

@@ -1,13 +1,13 @@
 """Print the queues this host can serve, for `celery worker -Q $(python manage.py worker_queues)`.
 
-The same rule as `celery worker -Q auto` (runners.routing.queues_for_worker); --verbosity 2 also
+The same rule as `celery worker -Q auto` (runners.environments.routing.queues_for_worker); --verbosity 2 also
 shows the capabilities it read (nvidia-smi, memory, CUDA, torch)."""
 import json
 
 from django.core.management.base import BaseCommand
 
-from runners.environment import host_capabilities
-from runners.routing import queues_for_worker
+from runners.environments.host import host_capabilities
+from runners.environments.routing import queues_for_worker
 
 
 class Command(BaseCommand):

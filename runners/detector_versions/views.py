@@ -9,11 +9,15 @@ from bugs.forms import ReviewForm
 from bugs.submission_views import file_diffs
 from bugs.views import highlighted, pygments_css
 
-from .actions import do_approve_detector_version, do_reject_detector_version, do_submit_detector_version
-from .detector_submissions import MAX_CONFIG_BYTES, check_submission
-from .forms import DetectorSubmissionForm
-from .models import DetectorReviewState, DetectorVersion
-from .permissions import can_review_detectors, detector_submission_refusal
+from ..actions.detector_versions import (
+    do_approve_detector_version,
+    do_reject_detector_version,
+    do_submit_detector_version,
+)
+from ..forms import DetectorSubmissionForm
+from ..models import DetectorVersion, ReviewState
+from ..permissions import can_review_detectors, detector_submission_refusal
+from .submissions import MAX_CONFIG_BYTES, check_submission
 
 
 @login_required
@@ -55,8 +59,8 @@ def detector_review_queue(request):
     _reviewer(request)
     submitted = (DetectorVersion.objects.filter(builtin=False).select_related("submitted_by", "reviewed_by")
                  .defer("code"))
-    pending = submitted.filter(review_state=DetectorReviewState.PENDING).order_by("created_at", "id")
-    recent = submitted.exclude(review_state=DetectorReviewState.PENDING).order_by("-reviewed_at", "-id")[:20]
+    pending = submitted.filter(review_state=ReviewState.PENDING).order_by("created_at", "id")
+    recent = submitted.exclude(review_state=ReviewState.PENDING).order_by("-reviewed_at", "-id")[:20]
     page = Paginator(pending, 25).get_page(request.GET.get("page"))
     return render(request, "runners/detector_review_queue.html", {"page_obj": page, "pending": page.object_list,
                                                                   "recent": recent})

@@ -12,15 +12,12 @@ from django.conf import settings
 
 from core.enums import Variant
 
-from .actions import do_store_fit_artifact
-from .execution import materialize, run_limits, scrubbed_environment
-from .models import FitArtifact
+from ..actions.fits import do_store_fit_artifact
+from ..execution import materialize, run_limits, scrubbed_environment
+from ..failures import FitError, error_text
+from ..models import FitArtifact
+from ..selectors import runnable_versions
 from .registry import plugin_for
-from .selectors import runnable_versions
-
-
-class FitError(RuntimeError):
-    pass
 
 
 def reference_versions(config, version):
@@ -69,7 +66,7 @@ def fit_key(detector, tool_version, versions):
 
 def ensure_fit(detector, version):
     """The detector's fit artifact for runs of ``version``: from the cache, or fitted now (and cached)."""
-    plugin = plugin_for(detector)  # a submitted detector fits in a sandboxed process (runners.submitted_plugins)
+    plugin = plugin_for(detector)  # a submitted detector fits in a sandboxed process (.submitted)
     config = plugin.config(detector.config)
     references = reference_versions(config, version)
     if not references:
@@ -99,7 +96,7 @@ def ensure_fit(detector, version):
         try:
             content, summary = plugin.fit(programs, workdir, env, limits, config)
         except RuntimeError as error:
-            raise FitError(str(error)) from error
+            raise FitError(error_text(error)) from error
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .environment import gpu_inventory
-from .models import Run, RunStatus
+from ..failures import Unservable, wrong_worker_reason
+from ..models import Run, RunStatus
+from .host import gpu_inventory
 
 MEMORY_SLACK = 0.92
 QUEUE_PATTERN = re.compile(r"^gpu(?P<gpus>\d*)(?:-(?P<memory>\d+)gb)?$")
@@ -137,33 +138,7 @@ def describe_worker(worker):
     return f"{worker.hostname} ({offered}{served})"
 
 
-def unservable_reason(queue, workers, window_minutes):
-    seen = "; ".join(describe_worker(worker) for worker in workers) or "none"
-    environment = environment_of_queue(queue)
-    where = f" in the environment {environment}" if environment else ""
-    return (f"No worker can serve this run: it needs {needs_of_queue(queue)}{where} (queue {queue}); "
-            f"workers seen in the last {window_minutes:g} min: {seen}.")
-
-
-def environment_not_built(name):
-    """A worker took a run of an environment it has not built (its folder is gone, or it was routed by hand)."""
-    return (f"This worker cannot serve the run: the environment {name} is not built here (manage.py "
-            "build_environment, or SILENTBENCH_WORKER_ENVIRONMENTS, on the workers that consume its queues).")
-
-
-def environment_lacks_packages(detector, environment, missing):
-    """The run's detector needs packages its environment does not have (TrainCheck's, in another torch release)."""
-    return (f"This worker cannot serve the run: the detector {detector} needs {', '.join(missing)}, which the "
-            f"environment {environment} does not have; run it in the default environment, or build one with them.")
-
-
-def wrong_worker_reason(needs, gpus):
-    """Why a worker refuses a run it took: its host (``gpus``, its inventory) lacks what the run needs."""
-    offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
-    return f"This worker cannot serve the run: it needs {needs}; this host has {offered or 'no GPU'}."
-
-
-class NotEnoughDevices(Exception):
+class NotEnoughDevices(Unservable):
     """This worker does not have the GPUs a run needs at all: the run was routed to the wrong worker."""
 
 

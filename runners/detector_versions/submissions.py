@@ -4,7 +4,7 @@ problem out at once, each in a sentence that says what to change (docs/writing-a
 Nothing here executes submitted code: the module is only parsed, and what the worker must know of the plugin
 (its ``interface``: integration, default config, whether it instruments, analyzes or fits) is read from the
 syntax tree, as literals. The code itself runs only inside a run's sandbox, after a maintainer approved it
-(runners.submitted_plugins).
+(runners.detector_versions.submitted).
 """
 import ast
 import hashlib
@@ -16,8 +16,8 @@ from bugs.submissions import SubmissionLimits, read_uploads
 from core.python_source import parse_python
 from core.untrusted import storage_problem, text_problem
 
-from .detectors import all_plugins
-from .detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
+from ..detectors import all_plugins
+from ..detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 
 MAX_CONFIG_BYTES = 16 * 1024  # a config is a handful of thresholds
 MAX_DESCRIPTION_CHARACTERS = 2000
@@ -43,7 +43,7 @@ INTEGRATION_CONSTANTS = {"DROP_IN": DROP_IN, "OPT_IN": OPT_IN}  # base's names, 
 NOT_A_LITERAL = object()
 HOOKS = {"install": True, "analyze": False, "fit": False}  # hook -> required
 # What the worker itself calls or decides for a built-in plugin: a submitted one cannot change them, since its
-# code never runs in the worker (runners.submitted_plugins).
+# code never runs in the worker (runners.detector_versions.submitted).
 WORKER_SIDE = ("command", "environment", "tool_version", "run_allowance", "config", "preload", "fit_family")
 
 
@@ -144,7 +144,7 @@ def _value_problems(attributes, hooks):
 
 def config_problems(config, label="config"):
     """What keeps ``config`` from being a detector's config: a JSON object within ``MAX_CONFIG_BYTES``, whose
-    keys that the worker itself reads (the fit's, runners.fitting) have the values it takes."""
+    keys that the worker itself reads (the fit's, runners.detector_versions.fitting) have the values it takes."""
     if not isinstance(config, dict):
         return [f"{label} must be a JSON object ({{\"key\": value, ...}})."]
     if problem := storage_problem(config):

@@ -1,10 +1,10 @@
 """A submitted detector in the worker: a stand-in that knows the plugin only from its stored ``interface`` (read
-from the module's syntax tree at submission, runners.detector_submissions) and never imports its code.
+from the module's syntax tree at submission, runners.detector_versions.submissions) and never imports its code.
 
-Where the code runs, each time inside a sandbox sealed like the run itself (runners.sandbox):
+Where the code runs, each time inside a sandbox sealed like the run itself (runners.executor):
 - the probe (``install``): in the reproducer's own process, imported from the run directory, where the executor
   writes the stored source (runners.execution, ``DETECTOR_MODULE_ENV``);
-- ``analyze`` and ``fit``: in a sandboxed process of their own (runners/detector_host.py), started cold with
+- ``analyze`` and ``fit``: in a sandboxed process of their own (runners/detector_versions/host.py), started cold with
   ``python -I``, which reads a JSON request and writes its answer as JSON; the worker checks that answer
   (``checked_alarms``) and never unpickles anything. ``analyze`` is not told the answer it is scored against:
   its report leaves out the oracle, the variant and the seed (``detector_report``), and the run directory no
@@ -21,11 +21,12 @@ from pathlib import Path
 
 from core.untrusted import storage_problem
 
-from .detectors.base import ALARM_KEY_ENV, DETECTOR_MODULE_FILE, DetectorPlugin
-from .report import json_safe
-from .sandbox import run_sandboxed
+from ..detectors.base import ALARM_KEY_ENV, DETECTOR_MODULE_FILE, DetectorPlugin
+from ..executor import run_sandboxed
+from ..failures import program_failure
+from ..report import json_safe
 
-HOST_SCRIPT = Path(__file__).resolve().parent / "detector_host.py"
+HOST_SCRIPT = Path(__file__).resolve().parent / "host.py"
 HOOK_FOLDER_PREFIX = ".silentbench-hook-"
 MAX_RESULT_BYTES = 16 * 1024 * 1024  # what a hook may answer (a fit artifact included)
 MAX_OFFLINE_ALARMS = 500
@@ -105,11 +106,10 @@ class SubmittedPlugin(DetectorPlugin):
             (folder / "request.json").write_text(json.dumps(request, default=str), encoding="utf-8")
             result = run_sandboxed([sys.executable, "-I", str(HOST_SCRIPT), str(folder / "request.json")],
                                    Path(workdir), hook_env, limits, warm=False)
-            if result.refused:
-                raise SubmittedHookError(result.refused)
-            failure = result.failure(limits)
+            failure = program_failure(result, limits)
             if failure is not None:
-                raise SubmittedHookError(f"{hook}() in its sandbox: {failure.reason}")
+                where = "" if result.refused else f"{hook}() in its sandbox: "
+                raise SubmittedHookError(where + failure.reason)
             try:
                 with open(result_path, "rb") as answer_file:
                     data = answer_file.read(MAX_RESULT_BYTES + 1)

@@ -1,18 +1,20 @@
-"""The Detector rows: one per plugin, version, exact config and exact code, recorded verbatim with every run.
+"""Which plugin runs a Detector row, and what the worker knows of each detector: read-only lookups.
 
-Built-in and submitted detectors are one kind: each Detector row names the DetectorVersion whose code it runs.
-A built-in plugin's version is its module's source as the repository holds it, recorded by the system and
-approved as it is recorded (``builtin_version``); a submitted one is stored by ``do_submit_detector_version`` and
-runs once a maintainer approved it. What differs is where the code is imported: a built-in module is part of the
-worker, a submitted one is never imported there (``plugin_for``, runners.submitted_plugins)."""
+Detector rows (one per plugin, version, exact config and exact code, recorded verbatim with every run) are written
+by runners.actions.detectors. Built-in and submitted detectors are one kind: each Detector row names the
+DetectorVersion whose code it runs. A built-in plugin's version is its module's source as the repository holds it
+(``builtin_source``), recorded by the system and approved as it is recorded; a submitted one is stored by
+``do_submit_detector_version`` and runs once a maintainer approved it. What differs is where the code is imported:
+a built-in module is part of the worker, a submitted one is never imported there (``plugin_for``,
+runners.detector_versions.submitted)."""
 import hashlib
 import json
 import sys
 from pathlib import Path
 
-from .detectors import DetectorPlugin, all_plugins, get_plugin
-from .models import Detector, DetectorReviewState, DetectorVersion
-from .submitted_plugins import SubmittedPlugin
+from ..detectors import DetectorPlugin, all_plugins, get_plugin
+from ..models import Detector, DetectorVersion, ReviewState
+from .submitted import SubmittedPlugin
 
 
 def config_hash(config):
@@ -27,49 +29,15 @@ def builtin_interface(plugin):
             "analyze": type(plugin).analyze is not DetectorPlugin.analyze, "fit": plugin.needs_fit}
 
 
-def builtin_version(plugin):
-    """The approved DetectorVersion of a built-in plugin: its module's source as the repository holds it now."""
-    from .actions import do_record_builtin_detector_version  # runners.actions imports this module
-
+def builtin_source(plugin: DetectorPlugin) -> tuple[str, str]:
+    """A built-in plugin's module as the repository holds it now, and its SHA-256: the code of its DetectorVersion."""
     source = Path(sys.modules[type(plugin).__module__].__file__).read_text(encoding="utf-8")
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
-    version = DetectorVersion.objects.filter(name=plugin.name, version=plugin.version, code_hash=digest).first()
-    return version or do_record_builtin_detector_version(plugin, source, digest, builtin_interface(plugin),
-                                                         acting_user=None)
-
-
-def _record(name, version, config, description, code):
-    """The Detector row of exactly this code and config. A row recorded before detector versions existed (no
-    code) with the same name, version and config is the built-in's: it is given its code, not duplicated."""
-    digest = config_hash(config)
-    if code.builtin and not Detector.objects.filter(name=name, version=version, config_hash=digest,
-                                                    code=code).exists():
-        legacy = Detector.objects.filter(name=name, version=version, config_hash=digest, code=None).first()
-        if legacy is not None:
-            Detector.objects.filter(pk=legacy.pk, code=None).update(code=code)
-    detector, _ = Detector.objects.select_related("code").get_or_create(
-        name=name, version=version, config_hash=digest, code=code,
-        defaults={"config": config, "description": description})
-    return detector
-
-
-def detector_record(name, overrides=None):
-    """The Detector row for a built-in plugin at its current version and code, with this exact config."""
-    plugin = get_plugin(name)
-    return _record(plugin.name, plugin.version, plugin.config(overrides), plugin.description,
-                   builtin_version(plugin))
-
-
-def submitted_record(version, overrides=None):
-    """The Detector row of a submitted DetectorVersion, with its submitted config (and ``overrides``)."""
-    plugin = SubmittedPlugin(version)
-    return _record(version.name, version.version, plugin.config({**version.config, **(overrides or {})}),
-                   version.description, version)
+    return source, hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
 def plugin_for(detector):
     """The plugin that runs a Detector row: the built-in registry's, or for submitted code a stand-in that
-    runs its hooks only inside a sandbox (runners.submitted_plugins)."""
+    runs its hooks only inside a sandbox (runners.detector_versions.submitted)."""
     if detector.code_id is not None and not detector.code.builtin:
         return SubmittedPlugin(detector.code)
     return get_plugin(detector.name)
@@ -78,15 +46,10 @@ def plugin_for(detector):
 def approved_submitted_versions():
     """The newest approved version of each submitted detector."""
     newest = {}
-    for version in (DetectorVersion.objects.filter(builtin=False, review_state=DetectorReviewState.APPROVED)
+    for version in (DetectorVersion.objects.filter(builtin=False, review_state=ReviewState.APPROVED)
                     .order_by("name", "-reviewed_at", "-id")):
         newest.setdefault(version.name, version)
     return list(newest.values())
-
-
-def sync_detectors():
-    """Make sure every registered plugin has a row with its default config."""
-    return {name: detector_record(name) for name in all_plugins()}
 
 
 def _default_record_key(plugin):

@@ -1,7 +1,7 @@
 """Seal a run in namespaces of its own: the kernel's primitives, through ctypes, in this one module.
 
 Why not bubblewrap or nsjail: both *exec* the program they confine, and a warm start forks the
-program from an interpreter that has already imported torch (runners.zygote). So the forked child
+program from an interpreter that has already imported torch (runners.executor.zygote). So the forked child
 isolates itself with the same steps bubblewrap takes (user, mount, PID, network, IPC and UTS
 namespaces; a fresh root of read-only binds; pivot_root; no capabilities; Landlock), and a cold start
 is the same child calling ``execve`` at the end. No system package is needed, and Python 3.11 has no
@@ -13,8 +13,8 @@ The process tree of one run (``launch``, called in a freshly forked child)::
       |        it every process of the run), copies the run directory back out and reports the end
       init     PID 1 of the run's PID namespace: builds the mount view, brings up loopback, forks the
       |        program and waits for it; when it exits, the kernel kills whatever is left
-      program  the reproducer (or a tool such as traincheck-collect): no capabilities, no_new_privs,
-               Landlock, rlimits; its own session
+      program  the reproducer (or a tool such as traincheck-collect), confined (runners.executor.confinement:
+               no capabilities, no_new_privs, Landlock, rlimits); its own session
 
 What the program sees: the interpreter and its packages (read-only, at their own paths), the system's
 ``/usr``, a few files of ``/etc`` (not ``shadow``), its run directory (at its host path), a private
@@ -31,16 +31,14 @@ import signal
 import socket
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from fcntl import ioctl
 from pathlib import Path
+from typing import NoReturn
 
-from .sandbox import (  # imported now: after pivot_root this package is out of view
-    landlock_writes_only_under,
-    set_rlimits,
-)
+from .confinement import INSIDE_GID, INSIDE_UID, IsolationError, check, confine
 
-INSIDE_UID = INSIDE_GID = 1000
 MAX_FILES = 65536  # files and folders a run may make (its tmpfs's inodes), so copying them out stays quick
 MAX_COPY_DEPTH = 64  # folders deeper than this in a run directory are not copied out
 HOSTNAME = "sandbox"
@@ -60,22 +58,10 @@ ST_FLAGS_TO_MS = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: 
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
 _SYS_MOUNT_SETATTR, _AT_RECURSIVE = 442, 0x8000
 _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 1, 2, 4
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 1, 4, 24, 38, 47
-_PR_CAP_AMBIENT_CLEAR_ALL = 4
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-class IsolationError(OSError):
-    """A step of the isolation failed: the program must not start."""
-
-
-def _check(result, what):
-    if result != 0:
-        code = ctypes.get_errno()
-        raise IsolationError(code, f"{what}: {os.strerror(code)}")
 
 
 @dataclass
@@ -98,6 +84,7 @@ class SandboxSpec:
     report_fifo: str = ""  # a host FIFO, shown at ``report_path`` (a path in the run directory)
     report_path: str = ""
     alarm_key: str = ""  # a warm start hands it to the probe in memory, never in the environment
+    start_hook: str = ""  # a warm start's probe: "module:function", called with ``alarm_key`` before the script
     # Under a root worker, the host user the program runs as (``nobody``): a user RLIMIT_NPROC holds for.
     host_uid: int | None = None
     host_gid: int | None = None
@@ -152,7 +139,7 @@ def _unshare_and_map(host_uid=None, host_gid=None):
     uid, gid = os.geteuid(), os.getegid()
     privileged = uid == 0 and host_uid is not None
     if not privileged:
-        _check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
+        check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
         Path("/proc/self/setgroups").write_text("deny")
         Path("/proc/self/uid_map").write_text(f"{INSIDE_UID} {uid} 1")
         Path("/proc/self/gid_map").write_text(f"{INSIDE_GID} {gid} 1")
@@ -174,7 +161,7 @@ def _unshare_and_map(host_uid=None, host_gid=None):
             os._exit(code)
     os.close(unshared_read)
     try:
-        _check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
+        check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
         os.write(unshared_write, b"1")
     finally:
         os.close(unshared_write)
@@ -185,10 +172,11 @@ def _unshare_and_map(host_uid=None, host_gid=None):
 
 # --- The launcher, the init and the program --------------------------------------------------------
 
-def launch(spec, report):
+def launch(spec: SandboxSpec, report: Callable[..., None], run_warm: Callable[[SandboxSpec], NoReturn]) -> NoReturn:
     """In a freshly forked child: run ``spec`` sealed, then ``os._exit``. ``report(message)`` sends the
     worker {"pid": host PID of the init} once it exists, then {"exit": code or -signal, "note": ...}.
-    Standard output and error are the caller's (fds 1 and 2)."""
+    A warm start's program becomes ``run_warm(spec)`` (the zygote's). Standard output and error are the
+    caller's (fds 1 and 2)."""
     exit_status, note = None, ""
     try:
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -199,7 +187,7 @@ def launch(spec, report):
         pid = os.fork()
         if pid == 0:
             os.close(status_read)
-            _init(spec, workdir_fd, status_write)
+            _init(spec, workdir_fd, status_write, run_warm)
         os.close(status_write)
         pidfd = os.pidfd_open(pid)  # the worker signals the init through it: no PID reuse can misdirect a kill
         report({"pid": pid, "pid_namespace": _pid_namespace_for_children()}, [pidfd])
@@ -216,7 +204,7 @@ def launch(spec, report):
     os._exit(0)
 
 
-def _init(spec, workdir_fd, status_write):
+def _init(spec, workdir_fd, status_write, run_warm):
     """PID 1 of the run. Never returns."""
     code = 127
     try:
@@ -237,7 +225,7 @@ def _init(spec, workdir_fd, status_write):
         program = os.fork()
         if program == 0:
             os.close(status_write)
-            _program(spec)
+            _program(spec, run_warm)
         while True:
             pid, status = os.waitpid(-1, 0)
             if pid == program:
@@ -250,18 +238,16 @@ def _init(spec, workdir_fd, status_write):
     os._exit(0)  # the kernel now kills every process left in the namespace
 
 
-def _program(spec):
-    """The sealed program: limits, no privileges, then exec (cold) or the script as __main__ (warm)."""
+def _program(spec, run_warm):
+    """The sealed program: confined (runners.executor.confinement), then exec (cold) or the script as __main__
+    (warm)."""
     try:
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
-        set_rlimits(spec.memory_mb, spec.file_size_mb, spec.max_processes)
-        _drop_privileges(spec.workdir)
+        confine(spec.workdir, spec.memory_mb, spec.file_size_mb, spec.max_processes)
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
-        from .zygote import run_warm
-
         run_warm(spec)
     except SystemExit as exit_:
         code = exit_.code
@@ -272,36 +258,12 @@ def _program(spec):
     os._exit(0)
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def _drop_privileges(home):
-    """No capability left in any set, none to regain (bounding set, ambient), no_new_privs, Landlock."""
-    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    for cap in range(last_cap + 1):
-        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
-    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    os.setresgid(INSIDE_GID, INSIDE_GID, INSIDE_GID)
-    os.setresuid(INSIDE_UID, INSIDE_UID, INSIDE_UID)  # clears the effective and permitted capabilities
-    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    landlock_writes_only_under([home, "/tmp", "/dev"])
-    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
-    # Readable by its worker (process count, memory), as an exec would make it; its init stays closed.
-    _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
-
-
 # --- The mount view -------------------------------------------------------------------------------
 
 def _mount(source, target, fstype, flags, data=None):
     result = _libc.mount(source and os.fsencode(source), os.fsencode(target), fstype and fstype.encode(),
                          ctypes.c_ulong(flags), data and data.encode())
-    _check(result, f"mount {source or fstype} on {target}")
+    check(result, f"mount {source or fstype} on {target}")
 
 
 def _read_only(target, devices=False):
@@ -364,7 +326,7 @@ def _build_root(spec, workdir_fd):
             os.lchown(path, INSIDE_UID, INSIDE_GID)
     _dev(root, spec.devices, writable / "shm")
     _bind(writable / "home", root / spec.workdir.lstrip("/"), read_only=False)
-    _check(_libc.umount2(os.fsencode(writable), MNT_DETACH), "umount the staging tmpfs")
+    check(_libc.umount2(os.fsencode(writable), MNT_DETACH), "umount the staging tmpfs")
     writable.rmdir()
     if spec.report_fifo:
         _bind(spec.report_fifo, root / spec.report_path.lstrip("/"), read_only=False)
@@ -373,8 +335,8 @@ def _build_root(spec, workdir_fd):
     os.chdir(root)
     if _SYS_PIVOT_ROOT is None:
         raise IsolationError(errno.ENOSYS, f"pivot_root: unknown system call number on {platform.machine()}")
-    _check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
-    _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
     os.chdir("/")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 

@@ -1,7 +1,5 @@
 """Python environments that runs can ask for: an interpreter with pinned packages, a torch release above all.
 
-(``runners.environment``, singular, is something else: the facts of the host a run ran on.)
-
 An environment is built by uv from pip requirements (``["torch==2.11.0"]``) on the worker that serves it: uv
 resolves them (``uv pip compile``), the environment is named by what they resolved to (``py3.11-torch2.11.0``),
 and a virtual environment of exactly that resolution is made under SILENTBENCH_ENVIRONMENTS_DIR/<name>, on the
@@ -13,7 +11,7 @@ not exact pins keep their first resolution until the folder is removed). Each bu
 (``EnvironmentBuild``).
 
 The *default* environment is the workers' own interpreter (the torch the project pins): nothing is built for it,
-and its runs go to the queues without an environment (runners.routing).
+and its runs go to the queues without an environment (runners.environments.routing).
 """
 import fcntl
 import hashlib
@@ -36,9 +34,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from uv import find_uv_bin  # uv as the project installs it (a dependency in pyproject.toml)
 
-from .environment import RECORDED_PACKAGES, host_facts
-from .models import EnvironmentBuild, PythonEnvironment, Worker
-from .routing import environment_not_built
+from ..failures import Unservable, environment_not_built
+from ..models import EnvironmentBuild, PythonEnvironment, Worker
+from .host import RECORDED_PACKAGES, host_facts
 
 BUILT_MARKER = ".silentbench-environment.json"
 BUILD_TIMEOUT_SECONDS = 3600  # a first build downloads torch and CUDA's wheels (about 3 GB)
@@ -55,8 +53,9 @@ UV_ENV_PASSED = ("PATH", "HOME", "LANG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"
                  "UV_INDEX", "UV_OFFLINE")
 
 
-class EnvironmentBuildError(RuntimeError):
-    """An environment could not be built, or is not built on this machine; the message says why."""
+class EnvironmentBuildError(Unservable):
+    """An environment could not be built, or is not built on this machine; the message says why. A run that asks
+    for it cannot be served here."""
 
 
 def parse_requirements(requirements):
@@ -76,7 +75,7 @@ def parse_requirements(requirements):
 def environment_name(python, requested, resolved):
     """``py3.11-torch2.11.0``: the interpreter's minor version, then torch's resolved version and every other
     requested package's, in name order; a local version label's ``+`` becomes ``_`` (``torch2.13.0_cpu``), as
-    every broker takes the name in a queue's (runners.routing)."""
+    every broker takes the name in a queue's (runners.environments.routing)."""
     names = sorted({canonicalize_name(name) for name in requested} - {"torch"})
     parts = [f"py{'.'.join(python.split('.')[:2])}", f"torch{resolved['torch']}"]
     parts += [f"{name}{resolved[name]}" for name in names]
@@ -188,7 +187,7 @@ def built_marker(environment):
 
 def address_space_extra_mb(environment):
     """How much more address space a process on ``environment``'s interpreter maps once torch is imported than one
-    on the worker's own, as measured when it was built here (a sandbox limit: runners.sandbox.Limits)."""
+    on the worker's own, as measured when it was built here (a sandbox limit: runners.executor.Limits)."""
     return 0 if is_default(environment) else built_marker(environment)["address_space_extra_mb"]
 
 
@@ -284,16 +283,13 @@ def do_advertise_environments(worker, environments):
 
 
 def missing_packages(plugin, environment):
-    """The packages a detector's runs import (its zygote's preload: runners.zygote.PRELOAD_PACKAGES) that
-    ``environment`` does not have, in order; [] when it has them all."""
-    from .zygote import PRELOAD_PACKAGES
-
-    preload = plugin.preload[0] if isinstance(plugin.preload, tuple) else plugin.preload
-    return [name for name in PRELOAD_PACKAGES[preload] if canonicalize_name(name) not in environment.resolved]
+    """The packages a detector's runs import (its zygote's preload: ``Preload.packages``) that ``environment`` does
+    not have, in order; [] when it has them all."""
+    return [name for name in plugin.preload.packages if canonicalize_name(name) not in environment.resolved]
 
 
 def facts_in(environment):
-    """This host's facts (runners.environment.host_facts) as a run in ``environment`` sees them: that
+    """This host's facts (runners.environments.host.host_facts) as a run in ``environment`` sees them: that
     interpreter's Python and packages (the torch the run imports), and a fingerprint of their own."""
     facts = host_facts()
     if is_default(environment):

@@ -13,7 +13,7 @@ from django.db import connection
 
 from core.cli import exit_on_sigterm
 
-from .progress import wait_for_campaign
+from ..progress import wait_for_campaign
 
 
 def worker_command(queues="cpu", name="local", concurrency=1):

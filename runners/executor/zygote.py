@@ -1,22 +1,24 @@
-"""The zygote: an interpreter that has already imported torch and the probe, and forks one sealed child
-per run (runners.isolation), so that a run no longer pays the interpreter's and torch's start-up.
+"""The zygote: an interpreter that has already imported torch (and whatever its preload adds), and forks one
+sealed child per run (runners.executor.isolation), so that a run no longer pays the interpreter's and torch's
+start-up.
 
-``python -m runners.zygote FD PRELOAD`` serves requests on the SOCK_SEQPACKET socket FD: a request is one
-packet, a SandboxSpec as JSON, with three file descriptors (the run's own socket, its stdout and its
-stderr). The zygote forks the run's launcher and goes back to waiting; the launcher reports on the
-run's socket. It exits when the worker closes its end, and dies with the worker.
+``python -m runners.executor FD TARGET [ARGUMENT_FILE]`` serves requests on the SOCK_SEQPACKET socket FD: a request is
+one packet, a SandboxSpec as JSON, with three file descriptors (the run's own socket, its stdout and its stderr).
+The zygote forks the run's launcher and goes back to waiting; the launcher reports on the run's socket. It exits
+when the worker closes its end, and dies with the worker.
 
-A warm child runs the reproducer as ``__main__`` with its argv, in the environment the run declares.
-What the zygote imports first is its *preload* (``PRELOADS``): torch and the probe for the in-process
-detectors, torch and TrainCheck for TrainCheck's phases, and for TrainCheck's traced programs torch already
-instrumented as the program's instrumented copy would instrument it (a zygote of each, started on first use;
-a preload with an argument is a ``(name, argument)`` pair, one zygote per distinct argument).
-``torch.multiprocessing.spawn`` forks its ranks from the same warm state instead of starting a new
-interpreter for each.
+A warm child runs the reproducer as ``__main__`` with its argv, in the environment the run declares. What the
+zygote imports first is its *preload* (``Preload``): a function named by its import path, which the caller
+provides. The executor knows only torch (``warm_torch``); the detectors say what else their runs need imported
+(the probe's plugins, TrainCheck, torch already instrumented by TrainCheck: runners.detectors). A zygote is started
+on first use, one per preload, and one per distinct argument of a preload that takes one.
+``torch.multiprocessing.spawn`` forks its ranks from the same warm state instead of starting a new interpreter for
+each; a preload may add what a forked rank does as it starts and ends (``spawn_by_fork_with``) and what a run
+does before its script (``add_run_start_hook``).
 
-A run in another Python environment (runners.environments: another torch release) forks from a zygote of that
-environment's interpreter, started the same way (``python -m runners.zygote`` in the repository, whose
-modules it imports are pure Python); ``PRELOAD_PACKAGES`` says what each preload needs the environment to have.
+A run in another Python environment (another torch release) forks from a zygote of that environment's interpreter,
+started the same way (``python -m runners.executor`` in the repository, whose modules it imports are pure Python);
+``Preload.packages`` says what the environment must have.
 """
 import atexit
 import builtins
@@ -32,9 +34,12 @@ import tempfile
 import threading
 import traceback
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
+from typing import NoReturn, Protocol
 
-from .detectors.traincheck import TRAINCHECK_ENV
 from .isolation import SandboxSpec, launch
 
 REQUEST_BYTES = 1 << 20
@@ -42,9 +47,42 @@ MAX_ZYGOTES_WITH_ARGUMENT = 2  # per process: instrumented zygotes are keyed by 
 MAX_ENVIRONMENT_ZYGOTES = 2  # per process: zygotes of other environments' interpreters; older ones are closed
 READY = b"ready"
 START_TIMEOUT_SECONDS = 300
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent  # where ``python -m runners.executor`` finds the package
 # What the zygote's environment holds when it imports torch: the same as every run's, nothing secret.
 ZYGOTE_ENV_PASSED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "TZ")
+# Set in every zygote's environment and in every run's (runners.compile_cache): Inductor reads it as its config is
+# imported. With precompiled headers on, Inductor preprocesses its C++ prelude and builds a 149 MB header under the
+# default ``/tmp`` folder in every process that loads a C++ kernel, even one it finds in its cache: 4 to 5 s of a run
+# of PT-197888. The kernels are the same code either way; only how g++ is fed differs.
+COMPILER_ENV = {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
+
+
+@dataclass(frozen=True)
+class Preload:
+    """What a zygote imports before it forks runs: ``target``, a function named ``"package.module:function"``,
+    called in the new zygote (with ``argument`` when it takes one: a zygote per distinct argument). ``name`` is
+    what the run page shows; ``packages`` what a Python environment must have for it; ``env``, variables set in
+    the zygote's environment before the import (pairs, so that a Preload can key a zygote)."""
+
+    name: str
+    target: str
+    argument: str | None = None
+    packages: tuple[str, ...] = ("torch",)
+    env: tuple[tuple[str, str], ...] = ()
+
+    def with_argument(self, argument: str) -> "Preload":
+        return Preload(self.name, self.target, argument, self.packages, self.env)
+
+
+TORCH_PRELOAD = Preload("torch", "runners.executor.zygote:warm_torch")
+
+
+class RankHooks(Protocol):
+    """What a forked rank runs as it starts (before any Python code of the rank) and as it ends."""
+
+    def start(self) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 class ZygoteError(RuntimeError):
@@ -59,15 +97,15 @@ class ZygoteClient:
     _lock = threading.Lock()
 
     @classmethod
-    def shared(cls, preload="torch", python=None):
-        """The zygote of ``preload`` (a name of ``PRELOADS``, or a ``(name, argument)`` pair) on the interpreter
-        ``python`` (None: this process's own; else another environment's)."""
+    def shared(cls, preload: Preload = TORCH_PRELOAD, python: str | Path | None = None) -> "ZygoteClient":
+        """The zygote of ``preload`` on the interpreter ``python`` (None: this process's own; else another
+        environment's)."""
         key = (preload, str(python) if python else None)
         with cls._lock:
             client = cls._shared.get(key)
             if client is None or not client.alive():
-                cls._close_oldest([other for other in cls._shared if isinstance(other[0], tuple)],
-                                  MAX_ZYGOTES_WITH_ARGUMENT, isinstance(preload, tuple))
+                cls._close_oldest([other for other in cls._shared if other[0].argument is not None],
+                                  MAX_ZYGOTES_WITH_ARGUMENT, preload.argument is not None)
                 cls._close_oldest([other for other in cls._shared if other[1]], MAX_ENVIRONMENT_ZYGOTES, key[1])
                 client = cls._shared[key] = cls(preload, python)
             return client
@@ -79,26 +117,21 @@ class ZygoteClient:
             for key in keys[:max(0, len(keys) - keep + 1)]:
                 cls._shared.pop(key).close()
 
-    def __init__(self, preload="torch", python=None):
-        name, argument = preload if isinstance(preload, tuple) else (preload, None)
-        if name not in PRELOADS:
-            raise ValueError(f"unknown preload {name!r}: one of {', '.join(PRELOADS)}")
+    def __init__(self, preload: Preload = TORCH_PRELOAD, python: str | Path | None = None) -> None:
         python = str(python or sys.executable)
         self.owner = os.getpid()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {"PATH": os.pathsep.join([str(Path(python).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
         env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
-        from .compile_cache import COMPILER_ENV  # here: the zygote process itself never loads Django
-
         env.update(COMPILER_ENV)
-        env.update(PRELOAD_ENV.get(name, {}))
+        env.update(preload.env)
         self.log = tempfile.TemporaryFile()
         self.argument_file = None
-        command = [python, "-m", "runners.zygote", str(theirs.fileno()), name]
-        if argument is not None:  # in a file: it can be larger than a command line's argument may be
+        command = [python, "-m", "runners.executor", str(theirs.fileno()), preload.target]
+        if preload.argument is not None:  # in a file: it can be larger than a command line's argument may be
             self.argument_file = tempfile.NamedTemporaryFile("w", prefix="zygote-", suffix=".json")
-            self.argument_file.write(argument)
+            self.argument_file.write(preload.argument)
             self.argument_file.flush()
             command.append(self.argument_file.name)
         self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], cwd=REPO_ROOT, env=env,
@@ -137,14 +170,15 @@ class ZygoteClient:
             raise ZygoteError(f"the zygote went away: {error}") from error
 
 
-def preload_torch():
-    """What every run would import first: torch and its usual companions, and the probe's detectors."""
+def warm_torch() -> None:
+    """What every run would import first: torch and its usual companions, warmed up; ``torch.multiprocessing.spawn``
+    forks its ranks from here."""
     import argparse  # noqa: F401
     import math  # noqa: F401
 
     try:
         import numpy  # noqa: F401
-    except ImportError:  # an environment without it (runners.environments): its runs do without it, warm or cold
+    except ImportError:  # an environment without it: its runs do without it, warm or cold
         pass
     import torch
     import torch.distributed  # noqa: F401
@@ -154,83 +188,18 @@ def preload_torch():
     import torch.optim  # noqa: F401
     import torch.utils.data  # noqa: F401
 
-    from .detectors import registered_plugins  # noqa: F401 - every plugin module, as the probe loads them
-
     # The first optimizer a process builds imports torch._dynamo, torch._inductor and sympy (about 3 s here).
     # A one-element tensor runs no parallel kernel: the zygote starts no thread pool a fork would break.
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     torch.multiprocessing.spawn = _spawn_by_fork
 
 
-def preload_traincheck():
-    """What each of TrainCheck's phases imports first: torch, then TrainCheck's instrumentor, collector,
-    checker and inference engine. Nothing more of torch: TrainCheck instruments the torch modules loaded
-    when the program starts, so a warm run must find the ones a cold run would (no optimizer warm-up).
-
-    Ranks fork from the traced program, already instrumented, and each starts a trace of its own
-    (``detectors.traincheck.ForkedRankTracer``)."""
-    import torch
-    import traincheck.checker  # noqa: F401
-    import traincheck.collect_trace  # noqa: F401
-    import traincheck.infer_engine  # noqa: F401
-    import traincheck.instrumentor.tracer  # noqa: F401
-
-    from .detectors.traincheck import ForkedRankTracer
-
-    torch.multiprocessing.spawn = _spawn_by_fork_as(torch.multiprocessing.spawn, ForkedRankTracer)
+_run_start_hooks: list[Callable[[], None]] = []  # what a warm child runs first (a preload adds them)
 
 
-def preload_traincheck_instrumented(spec_path):
-    """``preload_traincheck``, then torch instrumented as TrainCheck's instrumented copy of a program would
-    instrument it first thing (``detectors.traincheck.instrumentation_spec``: the copy's settings, the options of
-    its ``Instrumentor`` calls and its ``instr_opts.json``), then the first optimizer's imports, untraced.
-
-    In a program forked from here the copy's own ``Instrumentor(...).instrument()`` calls wrap nothing more and
-    return at once (TrainCheck skips what it has instrumented), and its first optimizer finds ``torch._dynamo``
-    imported. Only the order differs from a cold run: torch's compiler is imported *after* instrumentation, as the
-    cold run imports it, so the same functions are wrapped (importing it first wraps 5,167 more); but the calls torch
-    makes while importing it are not traced, in fitting and checking alike."""
-    import shutil
-
-    preload_traincheck()
-    import torch
-    import traincheck.config.config as traincheck_config
-    from traincheck.instrumentor.tracer import Instrumentor
-
-    with open(spec_path, encoding="utf-8") as source:
-        spec = json.load(source)
-    for name, value in spec["config"].items():
-        setattr(traincheck_config, name, value)
-    scratch = tempfile.mkdtemp(prefix="zygote-traincheck-")
-    os.environ["TRAINCHECK_OUTPUT_DIR"] = scratch  # the zygote's own instrumentation log, removed below
-    os.chdir(scratch)
-    try:
-        if spec["instr_opts"] is not None:  # read once by the first Instrumentor, kept by TrainCheck for the process
-            Path(scratch, traincheck_config.INSTR_OPTS_FILE).write_text(spec["instr_opts"], encoding="utf-8")
-        Instrumentor(torch, **spec["instrumentor"]).instrument()
-        traincheck_config.DISABLE_WRAPPER = True
-        try:
-            torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo: see preload_torch
-        finally:
-            traincheck_config.DISABLE_WRAPPER = False
-    finally:
-        os.chdir(REPO_ROOT)
-        os.environ.pop("TRAINCHECK_OUTPUT_DIR", None)
-        shutil.rmtree(scratch, ignore_errors=True)
-    from .detectors.traincheck import ForkedRankTracer
-
-    _run_start_hooks.append(ForkedRankTracer.start)  # a run forked from here starts a trace of its own
-
-
-_run_start_hooks = []  # what a warm child runs first (the zygote's preload adds them)
-
-
-PRELOADS = {"torch": preload_torch, "traincheck": preload_traincheck,
-            "traincheck-instrumented": preload_traincheck_instrumented}
-PRELOAD_ENV = {"traincheck": TRAINCHECK_ENV, "traincheck-instrumented": TRAINCHECK_ENV}  # set before the imports
-# The packages each preload imports: a detector's runs need them in whatever environment they run in.
-PRELOAD_PACKAGES = {"torch": ("torch",), "traincheck": ("torch", "traincheck"),
-                    "traincheck-instrumented": ("torch", "traincheck")}
+def add_run_start_hook(hook: Callable[[], None]) -> None:
+    """In a preload: ``hook()`` runs in every run forked from this zygote, before its script."""
+    _run_start_hooks.append(hook)
 
 
 def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", rank_hooks=None):
@@ -258,17 +227,20 @@ def _start_forked_rank():
         hooks.start()
 
 
-def _spawn_by_fork_as(spawn, rank_hooks):
-    """``_spawn_by_fork`` with ``rank_hooks`` (``.start()`` as a rank is forked, ``.finish()`` as it ends), under
-    the name of the ``spawn`` it replaces: a tracer that records calls by name sees the function a cold run
-    calls."""
+def spawn_by_fork_with(rank_hooks: RankHooks) -> None:
+    """In a preload: ``torch.multiprocessing.spawn`` forks its ranks from the warm process, each running
+    ``rank_hooks`` (``.start()`` as it is forked, ``.finish()`` as it ends), under the name of the ``spawn`` it
+    replaces: a tracer that records calls by name sees the function a cold run calls."""
+    import torch.multiprocessing
+
+    spawn = torch.multiprocessing.spawn
     os.register_at_fork(after_in_child=_start_forked_rank)
 
     @functools.wraps(spawn)
     def spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
         return _spawn_by_fork(fn, args, nprocs, join, daemon, start_method, rank_hooks)
 
-    return spawn_by_fork
+    torch.multiprocessing.spawn = spawn_by_fork
 
 
 def _forked_rank(fn, rank_hooks=None):
@@ -293,7 +265,7 @@ def _finalize_main():
     gc.collect()
 
 
-def run_warm(spec):
+def run_warm(spec: SandboxSpec) -> NoReturn:
     """In the sealed child: become ``python script args...`` in the run's environment; never returns."""
     os.environ.clear()
     os.environ.update(spec.env)
@@ -308,10 +280,9 @@ def run_warm(spec):
     for hook in _run_start_hooks:
         hook()
     try:
-        if spec.env.get("SILENTBENCH_DETECTOR"):
-            from .detectors.base import start_probe
-
-            start_probe(alarm_key=spec.alarm_key)
+        if spec.start_hook:  # the probe of an instrumented run: before the script, with the run's key in memory
+            module, _, function = spec.start_hook.partition(":")
+            getattr(import_module(module), function)(alarm_key=spec.alarm_key)
         with open(path, "rb") as source:
             program = compile(source.read(), path, "exec")
         exec(program, main.__dict__)
@@ -371,17 +342,15 @@ def _launch_child(spec, conn_fd, stdout_fd, stderr_fd):
     def report(message, fds=()):
         socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
 
-    launch(spec, report)
+    launch(spec, report, run_warm)
 
 
-def main():
+def main() -> None:
+    """``python -m runners.executor FD TARGET [ARGUMENT_FILE]``: preload, then serve the worker on FD."""
     control = socket.socket(fileno=int(sys.argv[1]))
     control.set_inheritable(False)
-    PRELOADS[sys.argv[2] if len(sys.argv) > 2 else "torch"](*sys.argv[3:])
+    module, _, function = sys.argv[2].partition(":")
+    getattr(import_module(module), function)(*sys.argv[3:])
     if threading.active_count() > 1:  # a fork copies one thread: the others' locks would stay held for good
         raise ZygoteError(f"the preload left threads running: {threading.enumerate()}")
     serve(control)
-
-
-if __name__ == "__main__":
-    main()
