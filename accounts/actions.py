@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import audit
+from core.enums import AuditAction
 
 from .models import ApiToken
 
@@ -44,6 +45,6 @@ def do_revoke_api_tokens_of(user, *, acting_user):
         revoked = [f"{name} ({prefix}…)" for _, name, prefix in active]
         if revoked:  # exactly the tokens listed (and locked): one made meanwhile is not revoked unrecorded
             ApiToken.objects.filter(pk__in=[pk for pk, _, _ in active]).update(revoked_at=timezone.now())
-            audit.record(acting_user, "revoke-api-tokens", user,
+            audit.record(acting_user, AuditAction.REVOKE_API_TOKENS, user,
                          f"revoked {len(revoked)} API token(s) of {user.get_username()}", tokens=revoked)
     return len(revoked)

@@ -8,14 +8,13 @@ from django.db.models import Max
 from django.utils import timezone
 
 from core import audit
+from core.enums import AuditAction, ReviewState, VerificationVerdict
 from core.review import record_review
 
 from .catalog import content_hash, reproducer_fields, version_fields
-from .models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
+from .models import Bug, BugStatus, Reproducer, ReproducerVersion
 from .signals import version_approved
 from .submissions import reproducer_problems
-
-VERIFICATION_VERDICTS = (BugStatus.VERIFIED, BugStatus.FLAKY, BugStatus.UNREPRODUCIBLE)
 
 
 @transaction.atomic
@@ -27,7 +26,7 @@ def do_deprecate_bug(bug: Bug, reason: str, *, acting_user) -> Bug:
     bug.status = BugStatus.DEPRECATED
     bug.deprecation_reason = reason.strip()
     bug.save(update_fields=["status", "deprecation_reason", "updated_at"])
-    audit.record(acting_user, "deprecate", bug, f"deprecated {bug.bug_id}: {bug.deprecation_reason}",
+    audit.record(acting_user, AuditAction.DEPRECATE, bug, f"deprecated {bug.bug_id}: {bug.deprecation_reason}",
                  previous_status=previous)
     return bug
 
@@ -35,7 +34,7 @@ def do_deprecate_bug(bug: Bug, reason: str, *, acting_user) -> Bug:
 def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, campaign=None) -> bool:
     """A verification's verdict becomes the bug's status (verified, flaky or unreproducible); a deprecated
     bug keeps its status. True if the status was set."""
-    if verdict not in VERIFICATION_VERDICTS:
+    if verdict not in VerificationVerdict.values:
         raise ValueError(f"{verdict!r} is not a verification verdict")
     with transaction.atomic():
         bug = Bug.objects.select_for_update().get(pk=bug.pk)
@@ -44,7 +43,7 @@ def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, cam
         previous = bug.status
         Bug.objects.filter(pk=bug.pk).update(status=verdict, updated_at=timezone.now())
         if previous != verdict:
-            audit.record(acting_user, "verdict", bug, f"{bug.bug_id} is {BugStatus(verdict).label.lower()}"
+            audit.record(acting_user, AuditAction.VERDICT, bug, f"{bug.bug_id} is {BugStatus(verdict).label.lower()}"
                          + (f" after {campaign}" if campaign else ""), previous_status=previous,
                          campaign=campaign.pk if campaign else None)
     return True
@@ -64,7 +63,7 @@ def do_hold_out_bug(bug: Bug, *, acting_user) -> Bug:
     bug.held_out_number = (Bug.objects.aggregate(last=Max("held_out_number"))["last"] or 0) + 1
     bug.held_out, bug.held_out_at = True, timezone.now()
     bug.save(update_fields=["held_out", "held_out_at", "held_out_number", "updated_at"])
-    audit.record(acting_user, "hold-out", bug, f"held out {bug.bug_id} as {bug.held_out_label}",
+    audit.record(acting_user, AuditAction.HOLD_OUT, bug, f"held out {bug.bug_id} as {bug.held_out_label}",
                  label=bug.held_out_label, held_out_at=bug.held_out_at)
     return bug
 
@@ -79,8 +78,9 @@ def do_publish_bug(bug: Bug, *, acting_user) -> Bug:
     held_out_at = bug.held_out_at
     bug.held_out, bug.held_out_at = False, None
     bug.save(update_fields=["held_out", "held_out_at", "updated_at"])
-    audit.record(acting_user, "publish", bug, f"published {bug.bug_id}, held out as {bug.held_out_label} since "
-                 f"{held_out_at:%Y-%m-%d %H:%M} UTC", label=bug.held_out_label, held_out_at=held_out_at)
+    audit.record(acting_user, AuditAction.PUBLISH, bug,
+                 f"published {bug.bug_id}, held out as {bug.held_out_label} since {held_out_at:%Y-%m-%d %H:%M} UTC",
+                 label=bug.held_out_label, held_out_at=held_out_at)
     return bug
 
 
@@ -121,7 +121,7 @@ def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None
     version = ReproducerVersion.objects.create(
         reproducer=reproducer, content_hash=digest, files=files, manifest=manifest, submitted_by=acting_user,
         review_state=ReviewState.PENDING, **version_fields(manifest))
-    audit.record(acting_user, "submit", version, f"submitted {version} for review")
+    audit.record(acting_user, AuditAction.SUBMIT, version, f"submitted {version} for review")
     return version
 
 
@@ -141,7 +141,7 @@ def do_review_version(version: ReproducerVersion, approve: bool, note: str = "",
         bug.status = BugStatus.APPROVED
         bug.save(update_fields=["status", "updated_at"])
     summary = f"{'approved' if approve else 'rejected'} {version}" + (f": {version.review_note}" * bool(note.strip()))
-    audit.record(acting_user, "approve" if approve else "reject", version, summary)
+    audit.record(acting_user, AuditAction.APPROVE if approve else "reject", version, summary)
     if approve and bug is not None and verify:
         version_approved.send(sender=ReproducerVersion, version=version, acting_user=acting_user,
                               seeds=settings.SILENTBENCH_VERIFICATION_SEEDS)

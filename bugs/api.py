@@ -8,8 +8,9 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from core.caching import cached, digest, reader, rows_state
+from core.enums import VerificationVerdict
 
-from .actions import VERIFICATION_VERDICTS, do_review_version, do_submit_reproducer
+from .actions import do_review_version, do_submit_reproducer
 from .filters import BugFilter
 from .forms import SUBMITTED_BUG_FIELDS
 from .models import Bug, BugStatus, Reproducer, ReproducerVersion, Reproduction, id_prefix_problem
@@ -143,7 +144,7 @@ class ReproducerVersionViewSet(viewsets.ReadOnlyModelViewSet):
 class StabilitySerializer(serializers.Serializer):
     """The latest verification of a version: over ``seeds`` seeds, how often each variant showed the symptom."""
 
-    verdict = serializers.ChoiceField(choices=[(v.value, v.label) for v in VERIFICATION_VERDICTS],
+    verdict = serializers.ChoiceField(choices=[(v.value, v.label) for v in VerificationVerdict],
                                       help_text="verified: buggy on every seed, fixed on none, no run failed; "
                                                 "unreproducible: buggy on none; flaky: anything else.")
     seeds = serializers.IntegerField(help_text="Seeds run, each of them in the buggy and the fixed variant.")

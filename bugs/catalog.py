@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import audit
+from core.enums import AuditAction, ReviewState
 from core.untrusted import UntrustedInputError, load_yaml
 
 from .models import (
@@ -25,7 +26,6 @@ from .models import (
     Reproducer,
     ReproducerVersion,
     Reproduction,
-    ReviewState,
     validate_bug_id,
 )
 from .submissions import MANIFEST_NAME, manifest_problems
@@ -168,7 +168,7 @@ def do_load_catalog(root, *, acting_user=None):
             _full_clean(bug, bug_yaml)
             created = bug.pk is None
             bug.save()
-            audit.record(acting_user, "load", bug,
+            audit.record(acting_user, AuditAction.LOAD, bug,
                          f"{'added' if created else 'updated'} {bug_id} from catalog/{bug_id}/bug.yaml")
         for manifest_path in sorted(bug_yaml.parent.glob("*/reproducer.yaml")):
             _load_reproducer(bug, manifest_path.parent, summary, acting_user)
@@ -192,6 +192,6 @@ def _load_reproducer(bug, folder, summary, acting_user):
         review_state=ReviewState.APPROVED, reviewed_at=timezone.now(), review_note=CATALOG_REVIEW_NOTE,
         **version_fields(manifest),
     )
-    audit.record(acting_user, "load", version,
+    audit.record(acting_user, AuditAction.LOAD, version,
                  f"loaded {version} from catalog/{folder.parent.name}/{folder.name} ({CATALOG_REVIEW_NOTE})")
     summary.versions_created.append(f"{reproducer} @ {digest[:12]}")

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 
-from core.enums import Variant
+from core.enums import ReviewState, Variant, VerificationVerdict
 
 BUG_ID_PATTERN = r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$"
 
@@ -71,17 +71,25 @@ class FaultLocation(models.TextChoices):
 
 
 class Reproduction(models.TextChoices):
+    """How a bug is reproduced: by real library code hitting the real bug (faithful), by its faulty logic rebuilt in a
+    small loop (injected), or not at all (catalog only). A reproducer's ``strategy`` is one of the first two
+    (``STRATEGIES``)."""
     FAITHFUL = "faithful", "Faithful"
     INJECTED = "injected", "Injected"
     CATALOG_ONLY = "catalog_only", "Catalog only"
 
 
+STRATEGIES = (Reproduction.FAITHFUL, Reproduction.INJECTED)  # the ways a reproducer can reproduce its bug
+
+
 class BugStatus(models.TextChoices):
+    """Where a bug stands: submitted, approved, then what its verification said (a VerificationVerdict), or
+    deprecated."""
     SUBMITTED = "submitted", "Submitted"
     APPROVED = "approved", "Approved"
-    VERIFIED = "verified", "Verified"
-    FLAKY = "flaky", "Flaky"
-    UNREPRODUCIBLE = "unreproducible", "Unreproducible"
+    VERIFIED = VerificationVerdict.VERIFIED.value, VerificationVerdict.VERIFIED.label
+    FLAKY = VerificationVerdict.FLAKY.value, VerificationVerdict.FLAKY.label
+    UNREPRODUCIBLE = VerificationVerdict.UNREPRODUCIBLE.value, VerificationVerdict.UNREPRODUCIBLE.label
     DEPRECATED = "deprecated", "Deprecated"
 
 
@@ -148,11 +156,6 @@ class Bug(models.Model):
         raise ValidationError("Bugs are never deleted: deprecate them with a reason (bugs.actions.do_deprecate_bug).")
 
 
-class Strategy(models.TextChoices):
-    FAITHFUL = "faithful", "Faithful"
-    INJECTED = "injected", "Injected"
-
-
 class OracleSymptom(models.TextChoices):
     """What a reproducer's oracle judges: a symptom a user of the faulty program would see, never the cause."""
     LOSS = "loss", "Loss: diverges, stops improving or climbs back"
@@ -168,7 +171,7 @@ class Reproducer(models.Model):
 
     bug = models.ForeignKey(Bug, null=True, blank=True, on_delete=models.PROTECT, related_name="reproducers")
     name = models.SlugField(max_length=50)
-    strategy = models.CharField(max_length=16, choices=Strategy.choices)
+    strategy = models.CharField(max_length=16, choices=[(strategy.value, strategy.label) for strategy in STRATEGIES])
     strategy_note = models.TextField(blank=True)
     oracle_symptom = models.CharField(max_length=32, choices=OracleSymptom.choices, blank=True,
                                       help_text="What the oracle judges; empty for a clean reference pipeline.")
@@ -202,12 +205,6 @@ class Reproducer(models.Model):
 
     def latest_version(self):
         return self.versions.newest_first().first()
-
-
-class ReviewState(models.TextChoices):
-    PENDING = "pending", "Waiting for review"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
 
 
 NEWEST_FIRST = ("-created_at", "-id")

@@ -3,9 +3,9 @@ the edge; the actions themselves (bugs.actions) only enforce the domain's rules,
 what they show from bugs.selectors, which asks ``sees_unreviewed``."""
 from rest_framework import permissions
 
-from core.roles import APPROVE_PERMISSION
-
 from .models import BugStatus
+
+APPROVE_PERMISSION = "bugs.approve_reproducerversion"  # a maintainer's (BugsConfig.maintainer_permissions)
 
 
 def can_review(user):

@@ -12,8 +12,9 @@ else sees only its opaque label (``Bug.held_out_label``) and aggregate scores th
 from django.db.models import Q
 
 from core.caching import digest, per_request
+from core.enums import ReviewState
 
-from .models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
+from .models import Bug, BugStatus, Reproducer, ReproducerVersion
 from .permissions import sees_unreviewed
 
 

@@ -7,9 +7,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 
+from core.enums import ReviewState
+
 from .actions import do_review_version, do_submit_reproducer
 from .forms import BugSubmissionForm, ReproducerFilesForm, ReviewForm
-from .models import ReproducerVersion, ReviewState
+from .models import ReproducerVersion
 from .permissions import APPROVE_PERMISSION, can_resubmit
 from .selectors import visible_bugs, visible_versions
 from .submissions import SubmissionLimits, check_uploads, reproducer_problems

@@ -18,7 +18,7 @@ from django.conf import settings
 from core.python_source import parse_python
 from core.untrusted import UntrustedInputError, load_yaml, text_problem
 
-from .models import OracleSymptom, ReproducerVersion, Strategy
+from .models import STRATEGIES, OracleSymptom, ReproducerVersion
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 ARCHIVE_READ_FACTOR = 4  # an archive may be at most this many times the unpacked limit (text compresses)
@@ -288,8 +288,8 @@ def manifest_problems(manifest, files, *, reproduces_bug=True):
                 if name not in manifest]
     if reproduces_bug:
         problems += fidelity_problems(manifest)
-    if "strategy" in manifest and manifest["strategy"] not in Strategy.values:
-        problems.append(f"{MANIFEST_NAME}: strategy must be one of {', '.join(Strategy.values)}.")
+    if "strategy" in manifest and manifest["strategy"] not in STRATEGIES:
+        problems.append(f"{MANIFEST_NAME}: strategy must be one of {', '.join(STRATEGIES)}.")
     entrypoint = manifest.get("entrypoint")
     if "entrypoint" in manifest and not (isinstance(entrypoint, str) and entrypoint in files):
         problems.append(f"{MANIFEST_NAME}: entrypoint {entrypoint!r} is not among the files.")

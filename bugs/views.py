@@ -1,6 +1,5 @@
 from functools import cache, lru_cache
 
-from django.apps import apps
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ValidationError
@@ -16,15 +15,17 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
-from core.caching import cached, digest, kept_for_rows
+from core.caching import cached, digest, kept_for_rows, shown_on
 from core.models import AuditEvent
-from core.roles import APPROVE_PERMISSION
 
 from .actions import do_hold_out_bug, do_publish_bug
 from .exports import catalog_bugs
 from .filters import BugFilter
-from .models import ReproducerVersion
+from .models import Bug, Reproducer, ReproducerVersion
+from .permissions import APPROVE_PERMISSION
 from .selectors import held_out_labels, visible_bugs, visible_reproducers, visible_versions
+
+CATALOG_TABLES = (Bug, Reproducer, ReproducerVersion)  # what the catalog's own part of its pages reads
 
 
 class BugListView(FilterView):
@@ -34,15 +35,12 @@ class BugListView(FilterView):
     # the fields its rows show: the rows are rendered once for the same such values (bug_list_content.html)
     shown = ("bug_id", "title", "framework", "fault_location", "reproduction", "needs_cuda_original", "multi_rank",
              "status", "held_out", "held_out_number")
-    # everything the content shows comes from these tables (its stability column, "caught by" and leaderboard box
-    # from the other apps' template tags), and from what the cache holds of completed campaigns
-    shown_tables = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
-                    "runners.Campaign", "runners.Detector", "evaluation.Evaluation")
 
     def get(self, request, *args, **kwargs):
-        """The content is rendered once for the same rows of ``shown_tables`` (``core.caching.rows_state``), query
+        """The content is rendered once for the same rows of the catalog's tables and of what the other apps' template
+        tags render on it (its stability column, "caught by" and leaderboard box: ``core.caching.shown_on``), query
         string and reader, unless a part of it may still change (a leaderboard over an open campaign)."""
-        content = kept_for_rows(request, "catalog", self.shown_tables,
+        content = kept_for_rows(request, "catalog", (*CATALOG_TABLES, *shown_on("catalog")),
                                 lambda: super(BugListView, self).get(request, *args, **kwargs).rendered_content)
         return render(request, "bugs/bug_list.html", {"content": content})
 
@@ -113,22 +111,11 @@ def pygments_css():
     return HtmlFormatter(cssclass="code").get_style_defs(".code")
 
 
-# Everything a bug page shows comes from these tables (its runs, detections, stability checks and history from the
-# other apps' template tags), and from the rows of its runs and of its history (``bug_page_rows``)
-BUG_PAGE_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.StabilityCheck",
-                   "runners.Environment", "runners.Campaign", "runners.Detector", "evaluation.Evaluation",
-                   "evaluation.Bisection", "evaluation.BisectionProbe")
-
-
 def bug_page_rows(bug):
-    """The rows ``bug``'s page shows, as ``core.caching.rows_state`` takes them: BUG_PAGE_TABLES, the bug's runs
-    that may still change and the events about it. A run is created with its campaign, and a completed campaign's
-    runs change only by a retry, which reopens it (runners.completed): both change a row of BUG_PAGE_TABLES, so only
-    the runs of open campaigns (and of none) are read, by their IDs from an index. A run's alarms are stored and
-    deleted only with a change to the run (runners.run_rows)."""
-    runs = apps.get_model("runners", "Run").objects
-    may_change = runs.filter(reproducer_version__reproducer__bug=bug, campaign__completed_at=None)
-    return (*BUG_PAGE_TABLES, runs.filter(pk__in=may_change.values("pk")), AuditEvent.objects.about(bug))
+    """The rows ``bug``'s page shows, as ``core.caching.rows_state`` takes them: the catalog's tables, what the other
+    apps' template tags render on it (its runs, detections, stability checks and bisections: ``shown_on``, which
+    reads the bug's runs that may still change) and the events about it."""
+    return (*CATALOG_TABLES, *shown_on("bug", bug), AuditEvent.objects.about(bug))
 
 
 # What a plot leaves in a page's HTML (templates/evaluation/chart.html): its figure, for static/js/charts.js to draw.

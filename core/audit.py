@@ -1,6 +1,7 @@
 """Recording state changes in the audit trail (core.models.AuditEvent)."""
 from django.contrib.contenttypes.models import ContentType
 
+from .enums import AuditAction
 from .models import AuditEvent
 
 SYSTEM = "the system"
@@ -12,7 +13,7 @@ def actor_label(acting_user):
     return acting_user.get_username() if acting_user is not None else SYSTEM
 
 
-def record(acting_user, action, target, summary, **detail):
+def record(acting_user, action: AuditAction, target, summary: str, **detail) -> AuditEvent:
     """Add one event about ``target``; call it inside the action's transaction, so both land or neither."""
     return AuditEvent.objects.create(
         actor=acting_user, actor_label=actor_label(acting_user), action=action,

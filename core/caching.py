@@ -148,14 +148,30 @@ def reader(user):
     return f"user:{user.pk}:{digest(sorted(user.get_all_permissions()))}"
 
 
+_shown_on = {}  # a page's name -> what other apps render on it reads: models, or the page's object -> a queryset
+
+
+def shows_on(page, *parts):
+    """Say, from an app whose template tags render part of a lower app's ``page`` (called in its AppConfig.ready),
+    which rows that part reads: models (all their rows), or functions of the page's object that return a queryset.
+    The lower app keys the page's cache by them (``shown_on``) without naming any model of a higher app."""
+    _shown_on.setdefault(page, []).extend(parts)
+
+
+def shown_on(page, about=None):
+    """The parts other apps declared for ``page`` (``shows_on``), as ``rows_state`` takes them; functions are called
+    with ``about``, the object the page shows."""
+    return tuple(part if isinstance(part, type) else part(about) for part in _shown_on.get(page, ()))
+
+
 def rows_state(*parts):
-    """A digest of the rows of each of ``parts`` (a model's label, "app.Model", for all its rows, or a queryset for
-    those it selects), which any insert, update or delete of one of them changes, by whatever process, ``update()``
-    and raw SQL included; None where the database cannot tell (only PostgreSQL can). PostgreSQL writes every change
-    as a new row version, with a place (``ctid``) and the transaction that wrote it (``xmin``) of its own, and a
-    reader sees the committed versions only: the digest of their places and writers changes exactly when what the
-    reader sees does. One query, which reads every row of ``parts``: for small tables and selections (the catalog,
-    the evaluations, one bug's runs).
+    """A digest of the rows of each of ``parts`` (a model's label, "app.Model", or the model, for all its rows, or a
+    queryset for those it selects), which any insert, update or delete of one of them changes, by whatever process,
+    ``update()`` and raw SQL included; None where the database cannot tell (only PostgreSQL can). PostgreSQL writes
+    every change as a new row version, with a place (``ctid``) and the transaction that wrote it (``xmin``) of its
+    own, and a reader sees the committed versions only: the digest of their places and writers changes exactly when
+    what the reader sees does. One query, which reads every row of ``parts``: for small tables and selections (the
+    catalog, the evaluations, one bug's runs).
 
     What is computed after reading it may see later changes too: it is then newer than its key, never older, and a
     reader who sees those changes gets a new key."""
@@ -163,7 +179,8 @@ def rows_state(*parts):
         return None
     selects, params = [], []
     for part in parts:
-        rows = apps.get_model(part).objects.all() if isinstance(part, str) else part
+        rows = (apps.get_model(part).objects.all() if isinstance(part, str)
+                else part._default_manager.all() if isinstance(part, type) else part)
         table = connection.ops.quote_name(rows.model._meta.db_table)
         versions = rows.order_by().annotate(row_version=RawSQL(f"{table}.ctid::text || {table}.xmin::text", ()))
         try:

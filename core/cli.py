@@ -1,5 +1,8 @@
 """Helpers shared by the management commands."""
 import argparse
+import subprocess
+
+from django.conf import settings
 
 
 def comma_list(value):
@@ -37,3 +40,13 @@ def line_writer(stream):
     if not stream.isatty():
         return lambda line: (stream.write(line + "\n"), stream.flush())
     return lambda line: (stream.write("\r\033[K" + line), stream.flush())
+
+
+def source_commit():
+    """The commit of the code that ran the evaluation (what its citation names), or "" outside a git checkout."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""

@@ -5,6 +5,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
+from .enums import AuditAction
+
 
 class AuditEventQuerySet(models.QuerySet):
     def about(self, target):
@@ -25,7 +27,7 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="+")
     actor_label = models.CharField(max_length=150)
-    action = models.SlugField(max_length=64)
+    action = models.SlugField(max_length=64, choices=AuditAction.choices)
     target_type = models.ForeignKey(ContentType, on_delete=models.CASCADE)
     target_id = models.CharField(max_length=64)
     target = GenericForeignKey("target_type", "target_id")

@@ -3,7 +3,7 @@ rejects one exact pending version, a rejection with a reason for the submitter."
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"  # the review states (bugs.models.ReviewState)
+from .enums import ReviewState
 
 
 def record_review(version, approve, note, acting_user):
@@ -13,9 +13,9 @@ def record_review(version, approve, note, acting_user):
     if not approve and not note.strip():
         raise ValidationError("A rejection needs a reason for the submitter.")
     version = type(version).objects.select_for_update().get(pk=version.pk)
-    if version.review_state != PENDING:
+    if version.review_state != ReviewState.PENDING:
         raise ValidationError(f"{version} was already reviewed ({version.get_review_state_display().lower()}).")
-    version.review_state = APPROVED if approve else REJECTED
+    version.review_state = ReviewState.APPROVED if approve else ReviewState.REJECTED
     version.reviewed_by, version.reviewed_at, version.review_note = acting_user, timezone.now(), note.strip()
     version.save(update_fields=["review_state", "reviewed_by", "reviewed_at", "review_note"])
     return version

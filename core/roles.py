@@ -1,13 +1,13 @@
 """The roles (docs/accounts.md). Anonymous: browse and export. Contributor (any signed-in user): submit
 bugs and reproducers. Maintainer (the Maintainers group): approve, trigger runs, deprecate.
-Staff: the admin. The API applies the same rules to a token's user."""
+Staff: the admin. The API applies the same rules to a token's user.
+
+The maintainer's permissions belong to the apps that check them: each app's AppConfig lists its own
+(``maintainer_permissions``, "app.codename" as views, templates and predicates name them), and this module reads
+them from there, naming no app of the project."""
+from django.apps import apps
+
 MAINTAINERS_GROUP = "Maintainers"
-# The maintainer's permissions, as views (permission_required), templates (perms) and predicates name them.
-TRIGGER_PERMISSION = "runners.trigger_campaign"
-APPROVE_PERMISSION = "bugs.approve_reproducerversion"
-DEPRECATE_PERMISSION = "bugs.deprecate_bug"
-MAINTAINER_PERMISSIONS = [tuple(name.split(".")) for name in (TRIGGER_PERMISSION, APPROVE_PERMISSION,
-                                                                  DEPRECATE_PERMISSION)]
 
 ANONYMOUS, CONTRIBUTOR, MAINTAINER, STAFF = "anonymous", "contributor", "maintainer", "staff"
 
@@ -21,13 +21,18 @@ CAPABILITIES = {
 _LADDER = [ANONYMOUS, CONTRIBUTOR, MAINTAINER, STAFF]
 
 
+def maintainer_permissions():
+    """Every app's maintainer permissions, "app.codename", as its AppConfig lists them (``maintainer_permissions``)."""
+    return [name for config in apps.get_app_configs() for name in getattr(config, "maintainer_permissions", ())]
+
+
 def is_maintainer(user):
     """Whoever holds the maintainer's permissions: members of the Maintainers group, superusers, or a
     user granted them directly. The same test as the views and the API apply, so the role shown and
     the actions allowed never disagree."""
     if user is None or not user.is_authenticated:
         return False
-    return all(user.has_perm(f"{app}.{codename}") for app, codename in MAINTAINER_PERMISSIONS)
+    return all(user.has_perm(name) for name in maintainer_permissions())
 
 
 def role_of(user):
@@ -54,7 +59,7 @@ def ensure_roles(**kwargs):
     from django.contrib.auth.models import Group, Permission
 
     group, _ = Group.objects.get_or_create(name=MAINTAINERS_GROUP)
-    for app_label, codename in MAINTAINER_PERMISSIONS:
+    for app_label, codename in (name.split(".") for name in maintainer_permissions()):
         permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
         if permission:
             group.permissions.add(permission)

@@ -2,7 +2,8 @@
 `manage.py bench_paint`. Each returns a path, or None when the database has nothing to show."""
 from django.urls import reverse
 
-from bugs.models import ReproducerVersion, ReviewState
+from bugs.models import ReproducerVersion
+from core.enums import ReviewState
 from evaluation.models import Evaluation
 from runners.models import Campaign, Run, RunStatus
 

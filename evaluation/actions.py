@@ -9,7 +9,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from core import audit
-from core.enums import Variant
+from core.enums import AuditAction, Variant
 from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
     ReleaseOutcome,
@@ -61,7 +61,7 @@ def do_store_evaluation(campaign, overhead_campaign, overhead, fits, parameters,
     evaluation = Evaluation.objects.create(
         campaign=campaign, overhead_campaign=overhead_campaign, parameters={**parameters, **run_counts(runs)},
         tables={**run_tables(runs), "overhead": overhead, "fits": fits}, wall_seconds=wall_seconds)
-    audit.record(acting_user, "create", evaluation, f"stored evaluation #{evaluation.pk} of {campaign}")
+    audit.record(acting_user, AuditAction.CREATE, evaluation, f"stored evaluation #{evaluation.pk} of {campaign}")
     return evaluation
 
 
@@ -73,7 +73,8 @@ def do_retabulate_evaluation(evaluation, *, acting_user):
     evaluation.tables = {**evaluation.tables, **run_tables(runs)}
     evaluation.parameters = {**evaluation.parameters, **run_counts(runs)}
     evaluation.save(update_fields=["tables", "parameters"])
-    audit.record(acting_user, "retabulate", evaluation, f"recomputed the tables of evaluation #{evaluation.pk}",
+    audit.record(acting_user, AuditAction.RETABULATE, evaluation,
+                 f"recomputed the tables of evaluation #{evaluation.pk}",
                  previous_counts={key: previous.get(key) for key in ("runs", "failed_runs", "retried_runs")})
     return evaluation
 
@@ -133,7 +134,7 @@ def do_start_bisection(bug, good, bad, *, seeds, releases=None, workers=None, st
         raise ValidationError(problems)
     bisection = Bisection.objects.create(bug=bug, reproducer_version=version, good=good, bad=bad, releases=chosen,
                                          seeds=seeds, steps=steps, workers=workers, started_by=acting_user)
-    audit.record(acting_user, "create", bisection, f"started bisection #{bisection.pk} of {bug.bug_id} from "
+    audit.record(acting_user, AuditAction.CREATE, bisection, f"started bisection #{bisection.pk} of {bug.bug_id} from "
                                                    f"{good} to {bad} over {len(seeds)} seeds")
     return bisection
 
@@ -207,7 +208,7 @@ def _finish_bisection(bisection, result, acting_user):
             status=BisectionStatus.FINISHED, first_changed=result.first_changed or "", last_same=result.last_same or "",
             reason=result.reason, finished_at=timezone.now())
         if updated:
-            audit.record(acting_user, "finish", bisection, f"bisection #{bisection.pk}: {result.reason}")
+            audit.record(acting_user, AuditAction.FINISH, bisection, f"bisection #{bisection.pk}: {result.reason}")
     bisection.refresh_from_db()
     return bisection
 
@@ -218,6 +219,6 @@ def do_fail_bisection(bisection, error, *, acting_user=None):
     with transaction.atomic():
         if Bisection.objects.filter(pk=bisection.pk, status=BisectionStatus.RUNNING).update(
                 status=BisectionStatus.FAILED, reason=reason, finished_at=timezone.now()):
-            audit.record(acting_user, "fail", bisection, f"bisection #{bisection.pk} failed: {reason}")
+            audit.record(acting_user, AuditAction.FAIL, bisection, f"bisection #{bisection.pk} failed: {reason}")
     bisection.refresh_from_db()
     return bisection

@@ -16,16 +16,10 @@ from django.db.models import Max, Q
 from django.urls import reverse
 
 from bugs.permissions import sees_unreviewed
+from core.enums import ReviewState
 from core.exports import Table
 from runners.detectors.base import DROP_IN
-from runners.models import (
-    Campaign,
-    CampaignPurpose,
-    Detector,
-    DetectorReviewState,
-    DetectorVersion,
-    Run,
-)
+from runners.models import Campaign, CampaignPurpose, Detector, DetectorVersion, Run
 from runners.selectors import visible_campaigns, visible_runs
 
 from .exports import WILSON
@@ -96,7 +90,7 @@ def open_entries(user):
     detector version with a completed scoring: each version's newest completed scoring campaign, or for a built-in
     without one, the published evaluation, if its runs recorded that exact code (or, for runs recorded before code
     hashes, no code: then the newest built-in version of that name, marked so)."""
-    approved = list(DetectorVersion.objects.filter(review_state=DetectorReviewState.APPROVED)
+    approved = list(DetectorVersion.objects.filter(review_state=ReviewState.APPROVED)
                     .select_related("submitted_by").order_by("name", "-created_at", "-id"))
     campaigns = scoring_campaigns(approved, user)
     evaluation = latest_evaluation(results_viewer(user))
@@ -177,7 +171,7 @@ def detector_history(name, user):
     versions = DetectorVersion.objects.filter(name=name).select_related("submitted_by")
     if not sees_unreviewed(user):
         mine = Q(submitted_by=user) if user.is_authenticated else Q(pk__in=[])
-        versions = versions.filter(Q(review_state=DetectorReviewState.APPROVED) | mine)
+        versions = versions.filter(Q(review_state=ReviewState.APPROVED) | mine)
     ranked, opt_in, baseline = open_entries(user)
     by_version = {entry.version.pk: entry for entry in [*ranked, *opt_in, *([baseline] if baseline else [])]}
     return [(version, by_version.get(version.pk)) for version in versions.order_by("-created_at", "-id")]

@@ -6,7 +6,7 @@ status means, the strategies, the oracle) is written here, once."""
 import inspect
 from dataclasses import dataclass
 
-from bugs.models import Bug, BugStatus, Reproducer, Strategy
+from bugs.models import STRATEGIES, Bug, BugStatus, Reproducer, Reproduction
 from core.enums import Variant
 from core.markdown import markdown_html
 from runners.detector_versions import fitting
@@ -47,8 +47,8 @@ STATUS_MEANING = {
     BugStatus.DEPRECATED: "retired by a maintainer, with a reason; it keeps its last verdict.",
 }
 STRATEGY_MEANING = {
-    Strategy.FAITHFUL: "the real library code hits the real bug on the torch version the benchmark runs.",
-    Strategy.INJECTED: "the faulty logic is rebuilt in a small training loop, because the bug is fixed upstream or "
+    Reproduction.FAITHFUL: "the real library code hits the real bug on the torch version the benchmark runs.",
+    Reproduction.INJECTED: "the faulty logic is rebuilt in a small training loop, because the bug is fixed upstream or "
                        "needs hardware the benchmark does not have.",
 }
 ORACLE = (
@@ -87,9 +87,9 @@ def sections():
         ), ("bugs/models.py: Bug, BugStatus", "runners/models.py: StabilityCheck")),
         Section("reproducers", "Reproducers: faithful, injected and simulated", (
             *term("Reproducer", Reproducer), *term("Variants", Variant),
-            "\n".join([*(f"* **{strategy.label}**: {STRATEGY_MEANING[strategy]}" for strategy in Strategy),
+            "\n".join([*(f"* **{strategy.label}**: {STRATEGY_MEANING[strategy]}" for strategy in STRATEGIES),
                        f"* **Simulated** (with either strategy): {Reproducer.simulated.field.help_text}"]),
-        ), ("bugs/models.py: Reproducer, Strategy", "core/enums.py: Variant")),
+        ), ("bugs/models.py: Reproducer, Reproduction, STRATEGIES", "core/enums.py: Variant")),
         Section("oracle", "The oracle and the trigger step", ORACLE, ("docs/reproducer-protocol.md",)),
         Section("detection", "Detected, false alarm and beyond the fixed twin", (
             *doc(metrics), *term("Judging a run", metrics.judge_run),

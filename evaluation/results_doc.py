@@ -21,8 +21,8 @@ from .tables import (
     integration_of,
     with_integration,
 )
-from .traincheck_protocols import DATA_FILE as TRAINCHECK_PROTOCOLS_DATA
-from .traincheck_protocols import comparison_table
+from .traincheck_protocols.protocol import DATA_FILE as TRAINCHECK_PROTOCOLS_DATA
+from .traincheck_protocols.rendering import comparison_table
 
 NO_FLAKINESS = "_No run disagreed: every oracle verdict matched its bug's verification verdict and its other seeds._"
 FIT_COLUMNS = ["detector", "references", "invariants", "collect_seconds", "infer_seconds", "fit_seconds", "cached"]

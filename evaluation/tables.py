@@ -5,10 +5,10 @@ import pandas as pd
 
 from bugs.models import BugStatus
 from core.caching import per_request
-from core.enums import Variant
+from core.enums import ReviewState, Variant
 from runners.detectors import all_plugins
 from runners.detectors.base import INTEGRATIONS
-from runners.models import Alarm, DetectorReviewState, DetectorVersion, Run, RunStatus
+from runners.models import Alarm, DetectorVersion, Run, RunStatus
 
 from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run, median_or_none, wilson_interval
 
@@ -44,7 +44,7 @@ def integration_of(detector):
 def submitted_integrations():
     """{name: integration} of the submitted detectors, by their newest approved version: asked once per request."""
     found = {}
-    for name, interface in (DetectorVersion.objects.filter(builtin=False, review_state=DetectorReviewState.APPROVED)
+    for name, interface in (DetectorVersion.objects.filter(builtin=False, review_state=ReviewState.APPROVED)
                             .order_by("name", "-reviewed_at", "-id").values_list("name", "interface")):
         if interface.get("integration") in INTEGRATIONS:
             found.setdefault(name, interface["integration"])

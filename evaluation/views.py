@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
-from core.roles import TRIGGER_PERMISSION
+from runners.permissions import TRIGGER_PERMISSION
 
 from .actions import do_start_bisection
 from .bisections import BisectionForm, bisection_path

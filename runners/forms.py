@@ -3,8 +3,8 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 
-from bugs.models import Bug, BugStatus, Reproducer, ReviewState
-from core.enums import Variant
+from bugs.models import Bug, BugStatus, Reproducer
+from core.enums import ReviewState, Variant
 
 from .detectors import all_plugins
 from .models import PythonEnvironment, RunFailureKind

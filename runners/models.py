@@ -5,10 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from bugs.models import ReproducerVersion, ReviewState
-from core.enums import Variant
-
-DetectorReviewState = ReviewState  # a detector version is reviewed as a reproducer version is (core.review)
+from bugs.models import ReproducerVersion
+from core.enums import ReviewState, Variant, VerificationVerdict
 
 
 class DetectorVersion(models.Model):
@@ -32,8 +30,8 @@ class DetectorVersion(models.Model):
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="submitted_detector_versions", help_text="Empty for built-in detectors (the system).")
-    review_state = models.CharField(max_length=16, choices=DetectorReviewState.choices,
-                                    default=DetectorReviewState.PENDING)
+    review_state = models.CharField(max_length=16, choices=ReviewState.choices,
+                                    default=ReviewState.PENDING)
     reviewed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="+")
     reviewed_at = models.DateTimeField(null=True, blank=True)
@@ -50,7 +48,7 @@ class DetectorVersion(models.Model):
 
     @property
     def is_approved(self):
-        return self.review_state == DetectorReviewState.APPROVED
+        return self.review_state == ReviewState.APPROVED
 
     @property
     def files(self):
@@ -59,7 +57,7 @@ class DetectorVersion(models.Model):
 
     def approved_baseline(self):
         """The newest approved version of the same detector before this one: what a reviewer diffs against."""
-        return (DetectorVersion.objects.filter(name=self.name, review_state=DetectorReviewState.APPROVED)
+        return (DetectorVersion.objects.filter(name=self.name, review_state=ReviewState.APPROVED)
                 .exclude(pk=self.pk).filter(models.Q(created_at__lt=self.created_at)
                                             | models.Q(created_at=self.created_at, id__lt=self.pk))
                 .order_by("-created_at", "-id").first())
@@ -390,7 +388,7 @@ class Run(models.Model):
             # the campaign page (oldest first) reads its own index entries, not those of every newer run.
             models.Index(fields=["campaign", "id"], name="run_campaign_by_id"),
             # A bug page names its runs that may still change, those of campaigns still open, from this index alone
-            # (bugs.views.bug_page_rows), and reads only those rows.
+            # (runners.selectors.runs_that_may_change), and reads only those rows.
             models.Index(fields=["reproducer_version", "campaign", "id"], name="run_version_campaign"),
         ]
 
@@ -431,12 +429,6 @@ class Alarm(models.Model):
         return f"{self.rule} at step {self.step} (rank {self.rank})"
 
 
-class StabilityVerdict(models.TextChoices):
-    VERIFIED = "verified", "Verified"
-    FLAKY = "flaky", "Flaky"
-    UNREPRODUCIBLE = "unreproducible", "Unreproducible"
-
-
 class StabilityCheck(models.Model):
     """One verification of a reproducer version: over k seeds, buggy manifested a/k, fixed b/k.
 
@@ -451,7 +443,7 @@ class StabilityCheck(models.Model):
     buggy_manifested = models.PositiveIntegerField()
     fixed_manifested = models.PositiveIntegerField()
     failed_runs = models.PositiveIntegerField(default=0)
-    verdict = models.CharField(max_length=16, choices=StabilityVerdict.choices)
+    verdict = models.CharField(max_length=16, choices=VerificationVerdict.choices)
     checked_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -465,7 +457,7 @@ class StabilityCheck(models.Model):
     @staticmethod
     def verdict_for(seeds, buggy_manifested, fixed_manifested, failed_runs):
         if buggy_manifested == seeds and fixed_manifested == 0 and failed_runs == 0:
-            return StabilityVerdict.VERIFIED
+            return VerificationVerdict.VERIFIED
         if buggy_manifested == 0:
-            return StabilityVerdict.UNREPRODUCIBLE
-        return StabilityVerdict.FLAKY
+            return VerificationVerdict.UNREPRODUCIBLE
+        return VerificationVerdict.FLAKY

@@ -1,7 +1,9 @@
 """Who may do what to runs and campaigns, checked at the edge: views, the API and the admin."""
 from rest_framework import permissions
 
-from core.roles import APPROVE_PERMISSION, TRIGGER_PERMISSION
+from bugs.permissions import APPROVE_PERMISSION
+
+TRIGGER_PERMISSION = "runners.trigger_campaign"  # the maintainer's (RunnersConfig.maintainer_permissions)
 
 
 def can_trigger(user):

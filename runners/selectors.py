@@ -25,6 +25,15 @@ def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
                 .select_related("reproducer__bug").order_by("reproducer__bug__bug_id", "reproducer__name"))
 
 
+def runs_that_may_change(bug):
+    """The runs of ``bug`` that may still change, as the cache of its page reads them (core.caching.shown_on). A run is
+    created with its campaign, and a completed campaign's runs change only by a retry, which reopens it
+    (runners.completed): both change a Campaign row, so only the runs of open campaigns (and of none) are read, by
+    their IDs from an index. A run's alarms are stored and deleted only with a change to the run (runners.run_rows)."""
+    may_change = Run.objects.filter(reproducer_version__reproducer__bug=bug, campaign__completed_at=None)
+    return Run.objects.filter(pk__in=may_change.values("pk"))
+
+
 def live_workers(now=None):
     """Workers seen within SILENTBENCH_WORKER_SEEN_MINUTES (their heartbeat keeps ``last_seen`` fresh)."""
     now = now or timezone.now()

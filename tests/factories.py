@@ -5,7 +5,8 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from bugs.catalog import content_hash
-from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
+from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
+from core.enums import ReviewState
 from core.roles import MAINTAINERS_GROUP
 from evaluation.models import Evaluation
 from runners.actions.detectors import do_record_detector

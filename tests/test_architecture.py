@@ -11,7 +11,8 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from bugs.actions import do_deprecate_bug, do_review_version
-from bugs.models import BugStatus, ReviewState
+from bugs.models import BugStatus
+from core.enums import ReviewState
 from core.models import AuditEvent
 from runners.actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from runners.actions.detectors import do_record_detector

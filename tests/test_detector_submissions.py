@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from bugs.catalog import do_load_catalog
-from core.enums import Variant
+from core.enums import ReviewState, Variant
 from core.models import AuditEvent
 from evaluation.metrics import AlarmPoint, judge_run
 from runners.actions.detector_versions import (
@@ -34,7 +34,7 @@ from runners.detector_versions.submissions import check_detector
 from runners.detectors import all_plugins
 from runners.detectors.base import SUBMITTED_MODULE
 from runners.execution import execute
-from runners.models import CampaignPurpose, Detector, DetectorReviewState, DetectorVersion, RunStatus
+from runners.models import CampaignPurpose, Detector, DetectorVersion, RunStatus
 from runners.scoring import DEFAULT_SEEDS, published_seeds
 from runners.tasks import execute_run
 
@@ -83,7 +83,7 @@ def test_the_example_of_the_docs_is_submitted_approved_and_scored(tmp_path):
     researcher, maintainer = UserFactory(), MaintainerFactory()
     version = submit(example_from_the_docs(), researcher)
     assert (version.name, version.version, version.review_state) == ("frozen_weights", "1",
-                                                                      DetectorReviewState.PENDING)
+                                                                      ReviewState.PENDING)
 
     version, campaign = do_approve_detector_version(version, acting_user=maintainer)
     assert campaign.purpose == CampaignPurpose.SCORING and campaign.parameters["seeds"] == [0]
@@ -205,10 +205,11 @@ def test_every_built_in_detector_is_an_approved_version_of_its_module_source():
         record = do_record_detector(name)
         code = record.code
         source = Path(sys.modules[type(plugin).__module__].__file__).read_text(encoding="utf-8")
-        assert (code.builtin, code.submitted_by, code.review_state) == (True, None, DetectorReviewState.APPROVED)
+        assert (code.builtin, code.submitted_by, code.review_state) == (True, None, ReviewState.APPROVED)
         assert code.code == source and code.code_hash == hashlib.sha256(source.encode()).hexdigest()
         assert (code.name, code.version) == (plugin.name, plugin.version) and record.approved_at is not None
-    assert do_record_detector("nan_inf").code == do_record_builtin_detector_version(all_plugins()["nan_inf"])  # recorded once
+    nan_inf = all_plugins()["nan_inf"]
+    assert do_record_detector("nan_inf").code == do_record_builtin_detector_version(nan_inf)  # recorded once
 
 
 def test_a_row_recorded_before_detector_versions_is_given_its_code_not_duplicated():
@@ -353,7 +354,7 @@ def test_the_review_page_shows_the_code_and_a_diff_against_the_previous_approved
     answer = client.post(reverse("runners:review_detector", args=[second.pk]), {"decision": "approve"})
     assert answer.status_code == 302
     second.refresh_from_db()
-    assert second.review_state == DetectorReviewState.APPROVED and second.approved_baseline() == first
+    assert second.review_state == ReviewState.APPROVED and second.approved_baseline() == first
 
 
 def test_the_web_form_submits_a_module_and_reports_every_problem(client):

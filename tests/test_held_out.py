@@ -580,7 +580,8 @@ def test_results_md_written_for_everyone_leaves_out_held_out_rows():
 def test_the_traincheck_comparison_written_to_docs_leaves_out_held_out_bugs():
     """docs/traincheck-paper.md's data: the benchmark's per-bug figures and the bugs its protocol run lists."""
     from evaluation.models import Evaluation
-    from evaluation.traincheck_protocols import DETECTOR, benchmark_figures, measure_runs
+    from evaluation.traincheck_protocols.measuring import benchmark_figures, measure_runs
+    from evaluation.traincheck_protocols.protocol import DETECTOR
 
     world = build_world()
     evaluation = Evaluation.objects.get(pk=world.ids["evaluation"])

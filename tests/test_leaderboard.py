@@ -8,7 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from bugs.models import BugStatus, ReviewState
+from bugs.models import BugStatus
+from core.enums import ReviewState
 from runners.actions.detectors import do_record_detector
 
 from .factories import (

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from bugs.models import ReviewState
+from core.enums import ReviewState
 from evaluation import methodology, metrics, overhead, tables
 from runners.detectors import all_plugins
 

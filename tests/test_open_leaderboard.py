@@ -11,11 +11,12 @@ from django.utils import timezone
 
 from bugs.actions import do_hold_out_bug, do_publish_bug
 from bugs.models import Bug
+from core.enums import ReviewState
 from evaluation.actions import run_tables
 from evaluation.entries import entries_export, open_entries
 from evaluation.tables import UNREGISTERED, integration_of
 from runners.actions.detectors import do_record_submitted_detector
-from runners.models import CampaignPurpose, DetectorReviewState, DetectorVersion
+from runners.models import CampaignPurpose, DetectorVersion
 
 from .factories import (
     AlarmFactory,
@@ -56,7 +57,7 @@ def board():
     version = DetectorVersion.objects.create(
         name="step_watch", version="2", code=SUBMITTED, code_hash="ab" * 32, submitted_by=researcher,
         interface={"integration": "drop-in"}, description="Watches steps.", link="https://example.org/paper",
-        review_state=DetectorReviewState.APPROVED, reviewed_at=timezone.now())
+        review_state=ReviewState.APPROVED, reviewed_at=timezone.now())
     record = do_record_submitted_detector(version)
     maintainer = MaintainerFactory()
     first, second = (Bug.objects.get(bug_id=bug_id) for bug_id in ("TEST-A", "TEST-B"))
@@ -103,7 +104,7 @@ def test_a_built_in_entry_credits_the_code_its_runs_recorded(board):
     ran = next(entry for entry in open_entries(None)[0] if entry.name == "param_not_updated").version
     edited = DetectorVersion.objects.create(
         name="param_not_updated", version=ran.version, code=ran.code + "\n# edited\n", code_hash="ef" * 32,
-        builtin=True, interface=ran.interface, review_state=DetectorReviewState.APPROVED, reviewed_at=timezone.now())
+        builtin=True, interface=ran.interface, review_state=ReviewState.APPROVED, reviewed_at=timezone.now())
     entries = [entry for entry in open_entries(None)[0] if entry.name == "param_not_updated"]
     assert [(entry.version, entry.recorded_code) for entry in entries] == [(ran, True)]
     assert edited not in [entry.version for entry in entries]

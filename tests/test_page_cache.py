@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
 from core import audit, caching
+from core.enums import AuditAction
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation, tables_digest_of
 from runners.actions.campaigns import do_complete_campaign, do_create_campaign, do_retry_failed_runs
@@ -108,8 +109,8 @@ def test_a_newer_evaluation_replaces_the_latest_everywhere(client):
         client.get(url)
     campaign = CampaignFactory(name="second")
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-NEW")))
-    RunFactory(reproducer_version=version, detector=do_record_detector("nan_inf"), campaign=campaign, status="succeeded",
-               trigger_step=1, steps=3, manifested=True)
+    RunFactory(reproducer_version=version, detector=do_record_detector("nan_inf"), campaign=campaign,
+               status="succeeded", trigger_step=1, steps=3, manifested=True)
     assert do_complete_campaign(campaign)
     second = do_store_evaluation(campaign, None, [], [], {"seeds": 1}, 1.0, acting_user=None)
     assert f"Stored tables of evaluation #{second.pk}" in get(client, "/results/")[1]
@@ -221,7 +222,7 @@ def test_a_bug_page_shows_each_change_to_its_runs_and_history(client):
     assert runs() == ["Failedout of memory"]
     RunFactory(reproducer_version=version, status=RunStatus.RUNNING)
     assert runs() == ["Running", "Failedout of memory"]
-    audit.record(None, "deprecate", version.reproducer.bug, "a change of the bug's history")
+    audit.record(None, AuditAction.DEPRECATE, version.reproducer.bug, "a change of the bug's history")
     assert "a change of the bug&#x27;s history" in get(client, url)[1]
 
 

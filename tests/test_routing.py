@@ -365,7 +365,8 @@ def test_a_worker_started_with_queues_auto_registers_and_pins_its_runs(two_gpus,
 
         campaign = do_create_campaign("pinned",
                                       CampaignPlan.build([version_needing(gpus=2, gpu_memory_gb=40)],
-                                                         [do_record_detector("plain")], ["fixed"], [0]), acting_user=None)
+                                                         [do_record_detector("plain")], ["fixed"], [0]),
+                                      acting_user=None)
         progress = wait_for_campaign(campaign, lambda line: None, timeout=120)
         run = campaign.runs.get()
         assert progress["done"] == 1 and run.status == RunStatus.SUCCEEDED, (run.failure_reason, log_tail(log))

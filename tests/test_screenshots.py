@@ -6,7 +6,7 @@ import pytest
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
 
-from bugs.models import ReviewState
+from core.enums import ReviewState
 
 from .factories import MaintainerFactory, ReproducerVersionFactory
 

@@ -32,7 +32,8 @@ from rest_framework.throttling import SimpleRateThrottle
 from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
 from benchmark_site.security import client_ip
-from bugs.models import Bug, ReproducerVersion, ReviewState
+from bugs.models import Bug, ReproducerVersion
+from core.enums import ReviewState
 from runners import execution
 from runners.actions.campaigns import do_create_campaign, do_retry_failed_runs
 from runners.actions.detectors import do_record_detector

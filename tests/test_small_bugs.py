@@ -166,7 +166,7 @@ def test_a_plugin_that_needs_a_fit_but_has_no_fit_says_so():
 
     with pytest.raises(NotImplementedError, match="half_done"):
         HalfDone().fit([], Path("/nonexistent"), {}, None, {})
-    assert issubclass(NotImplementedError, RuntimeError)  # so runners.detector_versions.fitting reports it as a FitError
+    assert issubclass(NotImplementedError, RuntimeError)  # so ensure_fit reports it as a FitError
 
 
 def plugin_attributes_used_by_fitting():
@@ -188,7 +188,7 @@ def test_the_base_declares_everything_fitting_uses_on_a_plugin():
     used, called = plugin_attributes_used_by_fitting()
     assert {"fit", "tool_version"} <= called
     for name in used:
-        assert hasattr(DetectorPlugin, name), f"runners/detector_versions/fitting.py uses plugin.{name}, which DetectorPlugin lacks"
+        assert hasattr(DetectorPlugin, name), f"fitting.py uses plugin.{name}, which DetectorPlugin lacks"
     for name in called:
         method = getattr(DetectorPlugin, name)
         assert callable(method) and inspect.getdoc(method), f"DetectorPlugin.{name} needs a docstring"

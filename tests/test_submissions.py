@@ -12,8 +12,9 @@ import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from bugs.actions import do_review_version, do_submit_reproducer
-from bugs.models import Bug, BugStatus, ReproducerVersion, ReviewState
+from bugs.models import Bug, BugStatus, ReproducerVersion
 from bugs.submissions import SubmissionLimits, read_uploads, reproducer_problems
+from core.enums import ReviewState
 from runners.actions.campaigns import do_complete_campaign
 from runners.models import Campaign, CampaignPurpose, Run, RunStatus, StabilityCheck
 

@@ -9,15 +9,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from evaluation.traincheck_protocols import (
-    RELEVANT,
-    detection_record,
-    failure_line,
-    paper_verdict,
-    per_invariant_rates,
-    relevance_of,
-    render,
-)
+from evaluation.traincheck_protocols.measuring import detection_record, failure_line
+from evaluation.traincheck_protocols.relevance import RELEVANT, paper_verdict, per_invariant_rates, relevance_of
+from evaluation.traincheck_protocols.rendering import render
 from runners.actions.detectors import do_record_detector
 from runners.detectors.traincheck import TrainCheckError, deployed_invariants
 from runners.models import Run, RunStatus

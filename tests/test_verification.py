@@ -6,8 +6,9 @@ from rest_framework.test import APIClient
 
 from bugs.actions import do_deprecate_bug
 from bugs.models import Bug, BugStatus
+from core.enums import VerificationVerdict
 from runners.actions.campaigns import do_record_stability
-from runners.models import StabilityCheck, StabilityVerdict
+from runners.models import StabilityCheck
 
 from .factories import (
     BugFactory,
@@ -22,11 +23,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize("buggy, fixed, failed, verdict", [
-    (3, 0, 0, StabilityVerdict.VERIFIED),
-    (2, 0, 0, StabilityVerdict.FLAKY),
-    (3, 1, 0, StabilityVerdict.FLAKY),  # a fixed variant with the symptom is a bug in the benchmark
-    (3, 0, 1, StabilityVerdict.FLAKY),
-    (0, 0, 0, StabilityVerdict.UNREPRODUCIBLE),
+    (3, 0, 0, VerificationVerdict.VERIFIED),
+    (2, 0, 0, VerificationVerdict.FLAKY),
+    (3, 1, 0, VerificationVerdict.FLAKY),  # a fixed variant with the symptom is a bug in the benchmark
+    (3, 0, 1, VerificationVerdict.FLAKY),
+    (0, 0, 0, VerificationVerdict.UNREPRODUCIBLE),
 ])
 def test_verdict_definition(buggy, fixed, failed, verdict):
     assert StabilityCheck.verdict_for(3, buggy, fixed, failed) == verdict

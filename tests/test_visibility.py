@@ -15,7 +15,8 @@ from django.urls import get_resolver, reverse
 
 from accounts.actions import do_create_api_token
 from accounts.models import ApiToken
-from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion, ReviewState
+from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
+from core.enums import ReviewState
 from evaluation.models import Bisection
 from runners.models import Campaign, DetectorVersion, Run
 

@@ -1,7 +1,7 @@
 """Warm starts change nothing a run reports: every CPU reproducer of the catalog and every clean pipeline, both
 variants, seed 0, under ``plain``, executed cold (``SILENTBENCH_WARM_START=False``: ``python repro.py`` in the
 sandbox) and warm (forked from the zygote that has imported torch), give the same oracle verdict and bitwise the
-same per-step losses. Multi-rank reproducers' ranks are forked from the warm process too (runners.executor.zygote), which
+same per-step losses. Multi-rank reproducers' ranks are forked from the warm process too (runners.executor), which
 the last test sees from inside the ranks."""
 import struct
 from pathlib import Path

@@ -4,7 +4,7 @@ runners, must not import evaluation: the apps depend one way), and the methodolo
 from django import template
 
 from core.markdown import markdown_inline_html
-from core.roles import TRIGGER_PERMISSION
+from runners.permissions import TRIGGER_PERMISSION
 
 from ..leaderboard import BASELINE, build_leaderboard
 from ..methodology import to_html

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from bugs.actions import do_set_verification_verdict
 from core import audit
+from core.enums import AuditAction, VerificationVerdict
 
 from ..environments.routing import queue_for
 from ..failures import cancelled_before_start
@@ -27,7 +28,6 @@ from ..models import (
     RunFailureKind,
     RunStatus,
     StabilityCheck,
-    StabilityVerdict,
     Variant,
 )
 from ..plans import CampaignPlan
@@ -54,7 +54,8 @@ def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True,
             for run in plan.runs
         ])
         run_ids = [run.pk for run in runs]  # bulk_create returns keys on PostgreSQL and SQLite
-        audit.record(acting_user, "create", campaign, f"created campaign #{campaign.pk} with {len(run_ids)} runs")
+        audit.record(acting_user, AuditAction.CREATE, campaign,
+                     f"created campaign #{campaign.pk} with {len(run_ids)} runs")
         if enqueue:
             transaction.on_commit(lambda: enqueue_runs(run_ids))
     return campaign
@@ -90,7 +91,7 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
         run_ids = [run["id"] for run in previous]
         if run_ids:
             which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
-            audit.record(acting_user, "retry", locked,
+            audit.record(acting_user, AuditAction.RETRY, locked,
                          f"queued {len(run_ids)} failed or cancelled run(s) again{which}",
                          runs=previous[:AUDIT_RECORD_RUNS], run_count=len(previous),
                          alarms_cleared=Alarm.objects.filter(run_id__in=run_ids).count(),
@@ -121,7 +122,7 @@ def do_cancel_campaign(campaign, *, acting_user):
         if run_ids:  # nothing queued: nothing was cancelled, and the campaign keeps its state
             Campaign.objects.filter(pk=campaign.pk, cancelled_at__isnull=True, completed_at__isnull=True).update(
                 cancelled_at=timezone.now(), cancelled_by=acting_user)
-            audit.record(acting_user, "cancel", campaign, f"cancelled {len(run_ids)} queued run(s)",
+            audit.record(acting_user, AuditAction.CANCEL, campaign, f"cancelled {len(run_ids)} queued run(s)",
                          runs=run_ids[:AUDIT_RECORD_RUNS], run_count=len(run_ids))
     do_complete_campaign(campaign, acting_user=acting_user)
     return run_ids
@@ -193,11 +194,11 @@ def do_record_stability(campaign, *, acting_user=None):
                 buggy_manifested=tally["buggy"], fixed_manifested=tally["fixed"], failed_runs=tally["failed"],
                 verdict=StabilityCheck.verdict_for(seeds, tally["buggy"], tally["fixed"], tally["failed"]),
             ))
-        severity = [StabilityVerdict.VERIFIED, StabilityVerdict.FLAKY, StabilityVerdict.UNREPRODUCIBLE]
+        severity = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY, VerificationVerdict.UNREPRODUCIBLE]
         by_bug = {}
         for check in checks:
             bug = check.reproducer_version.reproducer.bug
-            by_bug[bug] = max(by_bug.get(bug, StabilityVerdict.VERIFIED), check.verdict, key=severity.index)
+            by_bug[bug] = max(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict, key=severity.index)
         for bug, verdict in by_bug.items():
             do_set_verification_verdict(bug, verdict, acting_user=acting_user, campaign=campaign)
     return checks

@@ -4,11 +4,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core import audit
+from core.enums import AuditAction, ReviewState
 from core.review import record_review
 
 from ..detector_versions.fitting import is_fit_reference
 from ..detector_versions.submissions import name_problem
-from ..models import CampaignPurpose, DetectorVersion, ReviewState, Variant
+from ..models import CampaignPurpose, DetectorVersion, Variant
 from ..plans import CampaignPlan
 from ..scoring import published_seeds, scoring_versions
 from .campaigns import do_create_campaign
@@ -36,13 +37,13 @@ def do_submit_detector_version(checked, link="", *, acting_user) -> DetectorVers
         name=checked.name, version=checked.version, code=checked.code, code_hash=checked.code_hash,
         config=checked.config, interface=checked.interface, description=checked.description, link=link,
         submitted_by=acting_user, review_state=ReviewState.PENDING)
-    audit.record(acting_user, "submit", version, f"submitted detector {version} for review")
+    audit.record(acting_user, AuditAction.SUBMIT, version, f"submitted detector {version} for review")
     return version
 
 
 def _review_detector_version(version, approve, note, acting_user):
     version = record_review(version, approve, note, acting_user)
-    audit.record(acting_user, "approve" if approve else "reject", version,
+    audit.record(acting_user, AuditAction.APPROVE if approve else "reject", version,
                  f"{'approved' if approve else 'rejected'} detector {version}" + (f": {version.review_note}"
                                                                                  * bool(version.review_note)))
     return version

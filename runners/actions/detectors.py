@@ -7,11 +7,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import audit
+from core.enums import AuditAction, ReviewState
 
 from ..detector_versions.registry import builtin_interface, builtin_source, config_hash
 from ..detector_versions.submitted import SubmittedPlugin
 from ..detectors import DetectorPlugin, all_plugins, get_plugin
-from ..models import Detector, DetectorVersion, ReviewState
+from ..models import Detector, DetectorVersion
 
 
 def do_record_builtin_detector_version(plugin: DetectorPlugin, *, acting_user=None) -> DetectorVersion:
@@ -27,7 +28,7 @@ def do_record_builtin_detector_version(plugin: DetectorPlugin, *, acting_user=No
             defaults={"code": source, "interface": builtin_interface(plugin), "description": plugin.description,
                       "builtin": True, "review_state": ReviewState.APPROVED, "reviewed_at": timezone.now()})
         if created:
-            audit.record(acting_user, "record", version, f"recorded built-in detector {version}")
+            audit.record(acting_user, AuditAction.RECORD, version, f"recorded built-in detector {version}")
     return version
 
 

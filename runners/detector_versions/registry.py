@@ -12,8 +12,10 @@ import json
 import sys
 from pathlib import Path
 
+from core.enums import ReviewState
+
 from ..detectors import DetectorPlugin, all_plugins, get_plugin
-from ..models import Detector, DetectorVersion, ReviewState
+from ..models import Detector, DetectorVersion
 from .submitted import SubmittedPlugin
 
 

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from bugs.forms import ReviewForm
 from bugs.submission_views import file_diffs
 from bugs.views import highlighted, pygments_css
+from core.enums import ReviewState
 
 from ..actions.detector_versions import (
     do_approve_detector_version,
@@ -15,7 +16,7 @@ from ..actions.detector_versions import (
     do_submit_detector_version,
 )
 from ..forms import DetectorSubmissionForm
-from ..models import DetectorVersion, ReviewState
+from ..models import DetectorVersion
 from ..permissions import can_review_detectors, detector_submission_refusal
 from .submissions import MAX_CONFIG_BYTES, check_submission
 

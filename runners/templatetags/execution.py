@@ -11,9 +11,10 @@ from django.db.models.functions import RowNumber
 from bugs.models import Reproducer
 from bugs.selectors import visible_reproducers
 from core.caching import cached, digest
+from core.enums import VerificationVerdict
 
 from ..charts import stability_chart
-from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, StabilityVerdict, runs_for_listing
+from ..models import Campaign, CampaignPurpose, Run, StabilityCheck, runs_for_listing
 from ..run_rows import run_rows
 from ..selectors import visible_runs
 
@@ -70,7 +71,7 @@ class LastCheck:
     fixed_manifested: int
 
     def get_verdict_display(self):
-        return StabilityVerdict(self.verdict).label
+        return VerificationVerdict(self.verdict).label
 
 
 @register.simple_tag(takes_context=True)

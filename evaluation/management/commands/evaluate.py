@@ -1,6 +1,5 @@
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -11,17 +10,17 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int
+from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int, source_commit
 from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
 from evaluation.models import Evaluation
 from evaluation.overhead import do_measure_overhead
 from evaluation.results_doc import render
 from runners.actions.campaigns import do_create_campaign
 from runners.actions.detectors import do_record_detector
+from runners.cli import plan_from_options
 from runners.detector_versions.fitting import FitError, ensure_fit, is_fit_reference
 from runners.detectors import all_plugins, get_plugin
 from runners.detectors.traincheck import tool_version
-from runners.management.commands.run_campaign import plan_from_options
 from runners.models import CampaignPurpose
 from runners.selectors import runnable_versions
 from runners.worker.local import wait_with_local_worker
@@ -37,16 +36,6 @@ def command_line(options):
         if value not in (None, defaults.get(name)):
             parts.append(f"--{name.replace('_', '-')} {','.join(value) if isinstance(value, list) else value}")
     return " ".join(parts)
-
-
-def source_commit():
-    """The commit of the code that ran the evaluation (what its citation names), or "" outside a git checkout."""
-    try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True,
-                                timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout.strip() if result.returncode == 0 else ""
 
 
 class Command(BaseCommand):

@@ -10,8 +10,8 @@ from django.core.management.base import BaseCommand, CommandError
 from core.cli import comma_list, int_list, line_writer, positive_int
 from core.enums import Variant
 from evaluation.tables import cell_text, detection_table
+from runners.cli import create_campaign_from_options
 from runners.detectors import all_plugins
-from runners.management.commands.run_campaign import create_campaign_from_options
 from runners.models import RunStatus
 from runners.progress import wait_for_campaign
 from runners.worker.local import local_worker, log_tail, stop_process

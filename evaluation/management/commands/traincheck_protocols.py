@@ -9,20 +9,17 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int
-from evaluation.management.commands.evaluate import source_commit
+from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int, source_commit
 from evaluation.models import Evaluation
-from evaluation.traincheck_protocols import (
-    DATA_FILE,
-    FOLD_ORDER,
-    PARTS,
+from evaluation.traincheck_protocols.measuring import (
     benchmark_figures,
     measure_overhead,
     measure_runs,
     measured_at,
     rejudge,
-    render,
 )
+from evaluation.traincheck_protocols.protocol import DATA_FILE, FOLD_ORDER, PARTS
+from evaluation.traincheck_protocols.rendering import render
 from runners.detectors.traincheck import tool_version
 from runners.selectors import runnable_versions
 

@@ -4,10 +4,11 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import line_writer, positive_int
+from core.enums import ReviewState
 from runners.actions.detector_versions import do_start_scoring
 from runners.actions.detectors import do_record_builtin_detector_version
 from runners.detectors import all_plugins, get_plugin
-from runners.models import DetectorReviewState, DetectorVersion
+from runners.models import DetectorVersion
 from runners.worker.local import wait_with_local_worker
 
 
@@ -16,7 +17,7 @@ def newest_approved(name, version=None):
     (or its approved ``version``)."""
     if name in all_plugins() and version in (None, get_plugin(name).version):
         return do_record_builtin_detector_version(get_plugin(name))
-    versions = DetectorVersion.objects.filter(name=name, review_state=DetectorReviewState.APPROVED)
+    versions = DetectorVersion.objects.filter(name=name, review_state=ReviewState.APPROVED)
     if version is not None:
         versions = versions.filter(version=version)
     found = versions.order_by("-reviewed_at", "-id").first()

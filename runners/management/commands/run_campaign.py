@@ -1,12 +1,10 @@
 import sys
 
-from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from core.cli import comma_list, int_list, line_writer, positive_int
 from core.enums import Variant
-from runners.actions.campaigns import do_create_campaign
-from runners.plans import CampaignPlan
+from runners.cli import create_campaign_from_options
 from runners.progress import wait_for_campaign
 
 
@@ -31,21 +29,3 @@ class Command(BaseCommand):
         self.stdout.write(f"Campaign #{campaign.pk} '{campaign.name}': {campaign.runs.count()} runs queued.")
         if options["wait"]:
             wait_for_campaign(campaign, line_writer(sys.stdout))
-
-
-def plan_from_options(options, skip=None):
-    """The CampaignPlan the command-line options name; its problems become one CommandError."""
-    try:
-        return CampaignPlan.resolve(bugs=options.get("bugs"), pipelines=options.get("pipelines") or (),
-                                    detectors=options.get("detectors"),
-                                    variants=options.get("variants", Variant.values),
-                                    seeds=options.get("seeds", (0,)), steps=options.get("steps"),
-                                    cuda=options.get("cuda", False), skip=skip)
-    except ValidationError as error:
-        raise CommandError("; ".join(f"{field}: {message}" for field, messages in error.message_dict.items()
-                                     for message in messages)) from error
-
-
-def create_campaign_from_options(options):
-    """Queue the campaign the options name, as the operator."""
-    return do_create_campaign(options["name"], plan_from_options(options), acting_user=None)

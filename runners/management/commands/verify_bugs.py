@@ -5,9 +5,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, line_writer, positive_int
+from core.enums import VerificationVerdict
 from runners.actions.campaigns import do_complete_campaign, do_start_verification
-from runners.management.commands.run_campaign import plan_from_options
-from runners.models import RunStatus, StabilityCheck, StabilityVerdict
+from runners.cli import plan_from_options
+from runners.models import RunStatus, StabilityCheck
 from runners.worker.local import wait_with_local_worker
 
 
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         do_complete_campaign(campaign)  # normally done by the worker that finished the last run
         checks = list(StabilityCheck.objects.filter(campaign=campaign).select_related("reproducer_version__reproducer"))
         self.report(campaign, checks)
-        if any(check.verdict != StabilityVerdict.VERIFIED for check in checks):
+        if any(check.verdict != VerificationVerdict.VERIFIED for check in checks):
             raise CommandError("Not every reproducer verified; see the table above.")
 
     def report(self, campaign, checks):
