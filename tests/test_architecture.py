@@ -14,6 +14,7 @@ from bugs.actions import do_deprecate_bug, do_review_version
 from bugs.models import BugStatus
 from core.enums import ReviewState
 from core.models import AuditEvent
+from runners import executor
 from runners.actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from runners.actions.detectors import do_record_detector
 from runners.models import Campaign, CampaignPurpose, Run, RunFailureKind, RunStatus
@@ -56,6 +57,129 @@ def imported_apps(app):
 def test_apps_import_one_way(app):
     wrong = sorted((path, other) for path, other in imported_apps(app) if other not in ALLOWED[app])
     assert not wrong, f"{app} may import only {sorted(ALLOWED[app])}: {wrong}"
+
+
+def module_name(path):
+    """``runners/executor/__init__.py`` -> ``runners.executor``; ``runners/tasks.py`` -> ``runners.tasks``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path):
+    """[(line, absolute module named)] for every import in ``path``, those inside functions too: relative ones
+    resolved, and ``from package import name`` also as ``package.name`` (a module or not)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found += [(node.lineno, module)] + [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def module_graph(app):
+    """{module: {modules of ``app`` it imports}}, migrations aside."""
+    modules = {module_name(path): path for path in (ROOT / app).rglob("*.py") if "migrations" not in path.parts}
+    graph = {}
+    for module, path in modules.items():
+        edges = set()
+        for _, named in imports_of(path):
+            while named and named not in modules:
+                named = named.rpartition(".")[0]
+            if named and named != module and not module.startswith(f"{named}."):  # a package's own submodule
+                edges.add(named)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+@pytest.mark.parametrize("app", sorted(PROJECT))
+def test_no_import_circle_inside_an_app(app):
+    """Every import counts, those inside functions too: a circle hidden in a function is still a circle."""
+    assert cycles(module_graph(app)) == []
+
+
+def test_the_circle_check_finds_a_circle_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def python_files(*folders):
+    return [path for folder in folders for path in (ROOT / folder).rglob("*.py") if "migrations" not in path.parts]
+
+
+@pytest.mark.parametrize("app", sorted(ALLOWED))
+def test_no_app_names_a_higher_apps_model_by_string(app):
+    """``apps.get_model("runners", "Run")`` or a label such as "runners.Run" in a lower app is an import in disguise."""
+    higher = {other for other in ALLOWED if other != app and other not in ALLOWED[app]}
+    labels = re.compile(rf"""["']({'|'.join(sorted(higher))})\.[A-Z]\w*["']""")
+    get_model = re.compile(rf"""get_model\(\s*["']({'|'.join(sorted(higher))})\b""")
+    wrong = [(str(path.relative_to(ROOT)), match.group(0)) for path in python_files(app)
+             for pattern in (labels, get_model) for match in pattern.finditer(path.read_text())] if higher else []
+    assert not wrong, f"{app} names models of apps it may not import: {wrong}"
+
+
+def test_no_module_imports_a_management_command():
+    """What several commands share lives in a module (core.cli, runners.cli), not in another command."""
+    command = re.compile(r"^\w+\.management\.commands\.\w+")
+    wrong = [(str(path.relative_to(ROOT)), line, named) for path in python_files(*PROJECT)
+             for line, named in imports_of(path) if command.match(named)]
+    assert not wrong, wrong
+
+
+def test_nothing_outside_the_executor_imports_its_internals():
+    """The executor's public surface is what ``runners.executor`` exports; its modules are its own business."""
+    wrong = [(str(path.relative_to(ROOT)), line, named) for path in python_files(*PROJECT)
+             if "executor" not in path.relative_to(ROOT).parts
+             for line, named in imports_of(path) if named.startswith("runners.executor.")
+             and named.rpartition(".")[2] not in executor.__all__]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("folder", ["runners/executor", "runners/detectors"])
+def test_what_runs_in_a_sandbox_imports_no_django_and_nothing_of_the_web(folder):
+    """The executor runs in zygotes of other Python environments (no Django there), and the detector plugins in the
+    reproducer's own process: neither may import Django or a module that does."""
+    allowed = ("runners.executor", "runners.detectors")
+    wrong = [(str(path.relative_to(ROOT)), line, named) for path in python_files(folder)
+             for line, named in imports_of(path)
+             if named.split(".")[0] in (*PROJECT, "django", "rest_framework", "celery")
+             and not named.startswith(allowed)]
+    assert not wrong, wrong
 
 
 def test_devtools_is_not_installed_in_production(tmp_path):
