@@ -1,6 +1,7 @@
 """The open leaderboard: one entry per approved detector version, scored by SilentBench's own workers on the corpus,
-whoever wrote it (runners.actions.do_start_scoring: approval starts a scoring campaign over every CPU reproducer and
-clean pipeline at the published evaluation's seeds; ``manage.py rescore`` starts one again on the current corpus).
+whoever wrote it (runners.actions.detector_versions.do_start_scoring: approval starts a scoring campaign over every
+CPU reproducer and clean pipeline at the published evaluation's seeds; ``manage.py rescore`` starts one again on the
+current corpus).
 
 An entry's numbers come from one campaign, the newest completed scoring campaign of that exact version (its code
 hash); a built-in version that has none is scored by the published evaluation, the newest stored one, whose runs

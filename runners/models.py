@@ -208,7 +208,7 @@ class CampaignState(models.TextChoices):
 class Campaign(models.Model):
     """A batch of runs a user triggered. Progress is derived from its runs.
 
-    ``completed_at`` is set once, when its last run finishes (runners.actions.do_complete_campaign);
+    ``completed_at`` is set once, when its last run finishes (runners.actions.campaigns.do_complete_campaign);
     a verification campaign then records the stability of what it ran.
     """
 
@@ -300,7 +300,7 @@ class RunFailureKind(models.TextChoices):
     UNSERVABLE = "unservable", "No worker can serve it"
     CANCELLED = "cancelled", "Cancelled"
     # A run given up because what was executing it went away: a broker run lost after its last allowed attempt
-    # (runners.actions.MAX_ATTEMPTS; before that it is queued again), an overhead run whose timing command stopped.
+    # (runners.actions.runs.MAX_ATTEMPTS; before that it is queued again), an overhead run whose timing command stopped.
     LOST = "lost", "Lost"
 
 

@@ -4,7 +4,7 @@ extra message for it does nothing):
 
 - runs ``running`` on a worker whose heartbeat stopped are queued again (a new attempt), and the
   time-limit reaper catches any left (``do_requeue_stale_runs``); a run lost on its second attempt fails as
-  lost instead (``runners.actions.MAX_ATTEMPTS``); an overhead run, which its command times in-process
+  lost instead (``runners.actions.runs.MAX_ATTEMPTS``); an overhead run, which its command times in-process
   and nobody queues again, fails as lost past its allowance (``do_give_up_stale_timed_runs``);
 - runs ``queued`` for a while with no message in the broker (Redis lost it) are enqueued again;
 - runs nobody can serve are failed with the reason (``do_flag_unservable_runs``);

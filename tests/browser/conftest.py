@@ -90,7 +90,7 @@ def page(browser, live_site, page_events):
 @pytest.fixture
 def celery_worker(live_site, tmp_path):
     """A real `celery worker` process on the configured broker, pointed at the test database; queue a
-    campaign (runners.actions.do_create_campaign, or through the pages) and it executes the runs."""
+    campaign (runners.actions.campaigns.do_create_campaign, or through the pages) and it executes the runs."""
     app.control.purge()  # stale messages of an earlier session name runs that do not exist here
     log = tmp_path / "worker.log"
     process = start_worker(log, name="browser")
