@@ -1,7 +1,10 @@
 """API token actions. A secret exists in memory once, when it is created; the database keeps its hash.
 The callers check that the acting user owns the token, or is staff, and that a token is not creating a token
 (accounts.permissions)."""
+from __future__ import annotations
+
 import secrets
+from typing import TYPE_CHECKING, cast
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -12,10 +15,13 @@ from core.enums import AuditAction
 
 from .models import ApiToken
 
-TOKEN_NAME_MAX = ApiToken._meta.get_field("name").max_length
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+TOKEN_NAME_MAX = cast(int, ApiToken._meta.get_field("name").max_length)  # a CharField's: never None
 
 
-def do_create_api_token(name, *, acting_user):
+def do_create_api_token(name: str | None, *, acting_user: User) -> tuple[ApiToken, str]:
     """A new named token for ``acting_user``. Returns ``(token, secret)``; the secret cannot be recovered later."""
     name = (name or "").strip()
     if not name:
@@ -28,7 +34,7 @@ def do_create_api_token(name, *, acting_user):
     return token, secret
 
 
-def do_revoke_api_token(token, *, acting_user):
+def do_revoke_api_token(token: ApiToken, *, acting_user: User | None) -> ApiToken:
     """Revoke ``token`` (its owner, or staff in the admin). Revoking twice keeps the first date."""
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
@@ -36,7 +42,7 @@ def do_revoke_api_token(token, *, acting_user):
     return token
 
 
-def do_revoke_api_tokens_of(user, *, acting_user):
+def do_revoke_api_tokens_of(user: User, *, acting_user: User | None) -> int:
     """Revoke every active token of ``user``, as a password change does (accounts.passwords), recording who did
     and which tokens (names and prefixes) in the account's audit trail. Returns how many."""
     with transaction.atomic():

@@ -1,6 +1,10 @@
 """State changes of the catalog, as named actions. Each takes the acting user (None: the system or the
 operator's own command) and leaves an audit record; permissions are checked by the callers
 (bugs.permissions), so an action only enforces the domain's rules."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -16,9 +20,13 @@ from .models import Bug, BugStatus, Reproducer, ReproducerVersion
 from .signals import version_approved
 from .submissions import reproducer_problems
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.db.models import Model
+
 
 @transaction.atomic
-def do_deprecate_bug(bug: Bug, reason: str, *, acting_user) -> Bug:
+def do_deprecate_bug(bug: Bug, reason: str, *, acting_user: User | None) -> Bug:
     """Retire a bug (never deleted; its ID is never reused)."""
     if not reason.strip():
         raise ValidationError("A deprecated bug needs a reason.")
@@ -31,7 +39,8 @@ def do_deprecate_bug(bug: Bug, reason: str, *, acting_user) -> Bug:
     return bug
 
 
-def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, campaign=None) -> bool:
+def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user: User | None = None,
+                                campaign: Model | None = None) -> bool:
     """A verification's verdict becomes the bug's status (verified, flaky or unreproducible); a deprecated
     bug keeps its status. True if the status was set."""
     if verdict not in VerificationVerdict.values:
@@ -50,7 +59,7 @@ def do_set_verification_verdict(bug: Bug, verdict: str, *, acting_user=None, cam
 
 
 @transaction.atomic
-def do_hold_out_bug(bug: Bug, *, acting_user) -> Bug:
+def do_hold_out_bug(bug: Bug, *, acting_user: User | None) -> Bug:
     """Move a bug into the held-out split (docs/methodology.md, "Held-out bugs"): from now on only maintainers see
     its ID, fields, code and per-bug results; everyone else sees its label, "held-out #N" (a number never given
     before), and aggregate scores. Its held-out score counts only campaigns created after this moment
@@ -69,7 +78,7 @@ def do_hold_out_bug(bug: Bug, *, acting_user) -> Bug:
 
 
 @transaction.atomic
-def do_publish_bug(bug: Bug, *, acting_user) -> Bug:
+def do_publish_bug(bug: Bug, *, acting_user: User | None) -> Bug:
     """Move a held-out bug back to the public catalog: everything about it is public again, its per-bug results of
     every campaign included. Its label's number is kept (and never given again)."""
     bug = Bug.objects.select_for_update().get(pk=bug.pk)
@@ -85,8 +94,9 @@ def do_publish_bug(bug: Bug, *, acting_user) -> Bug:
 
 
 @transaction.atomic
-def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None, *, acting_user,
-                         checked=None) -> ReproducerVersion:
+def do_submit_reproducer(files: dict[str, str], reproducer_name: str = "cpu", bug: Bug | None = None,
+                         bug_fields: dict[str, Any] | None = None, *, acting_user: User | None,
+                         checked: tuple[dict[str, Any], list[str]] | None = None) -> ReproducerVersion:
     """A contributor's reproducer, stored as a version waiting for review. Nothing is queued or run.
 
     With ``bug_fields`` it files a new bug (its ID must be new: IDs are never reused); with ``bug``
@@ -98,6 +108,7 @@ def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None
     manifest, problems = checked if checked is not None else reproducer_problems(files)
     problems = list(problems)
     if bug is None:
+        assert bug_fields is not None  # a new bug: its fields are given
         bug = Bug(**bug_fields, status=BugStatus.SUBMITTED, submitted_by=acting_user)
         try:
             bug.full_clean()
@@ -127,7 +138,7 @@ def do_submit_reproducer(files, reproducer_name="cpu", bug=None, bug_fields=None
 
 @transaction.atomic
 def do_review_version(version: ReproducerVersion, approve: bool, note: str = "", verify: bool = True, *,
-                      acting_user) -> ReproducerVersion:
+                      acting_user: User | None) -> ReproducerVersion:
     """A maintainer approves (or rejects) one exact version; only approved versions ever execute.
 
     Approving a bug's reproducer starts its verification (k seeds of buggy and fixed, no detector;
@@ -141,7 +152,7 @@ def do_review_version(version: ReproducerVersion, approve: bool, note: str = "",
         bug.status = BugStatus.APPROVED
         bug.save(update_fields=["status", "updated_at"])
     summary = f"{'approved' if approve else 'rejected'} {version}" + (f": {version.review_note}" * bool(note.strip()))
-    audit.record(acting_user, AuditAction.APPROVE if approve else "reject", version, summary)
+    audit.record(acting_user, AuditAction.APPROVE if approve else AuditAction.REJECT, version, summary)
     if approve and bug is not None and verify:
         version_approved.send(sender=ReproducerVersion, version=version, acting_user=acting_user,
                               seeds=settings.SILENTBENCH_VERIFICATION_SEEDS)

@@ -1,7 +1,11 @@
 """State changes of stored evaluations, as named actions (the acting user is None for the operator's
 ``manage.py evaluate``)."""
+from __future__ import annotations
+
 import json
 import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -12,6 +16,7 @@ from core import audit
 from core.enums import AuditAction, Variant
 from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
+    BisectionResult,
     ReleaseOutcome,
     final_release,
     free_slots,
@@ -25,7 +30,7 @@ from runners.bisection import (
     releases_between,
     served_environments,
 )
-from runners.models import FINISHED_STATUSES, RunStatus
+from runners.models import FINISHED_STATUSES, Campaign, PythonEnvironment, Run, RunStatus
 from runners.plans import MAX_STEPS, CampaignPlan
 from runners.selectors import runnable_versions
 
@@ -33,19 +38,26 @@ from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
 from .tables import detection_table, false_positive_table, flakiness_table, judged_runs, latency_table
 from .versions import MATRIX_KEY
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.db.models import QuerySet
+    from pandas import DataFrame
+
+    from bugs.models import Bug, ReproducerVersion
+
 logger = logging.getLogger(__name__)
 
 
-def records(frame):
+def records(frame: DataFrame) -> list[dict[str, Any]]:
     return json.loads(frame.to_json(orient="records"))
 
 
-def run_counts(runs):
+def run_counts(runs: QuerySet[Run]) -> dict[str, int]:
     return {"runs": runs.count(), "failed_runs": runs.filter(status=RunStatus.FAILED).count(),
             "retried_runs": runs.filter(attempts__gt=1).count()}
 
 
-def run_tables(runs):
+def run_tables(runs: QuerySet[Run]) -> dict[str, list[dict[str, Any]]]:
     """The tables computed from an evaluation's runs (overhead and fits are measured apart)."""
     judged = judged_runs(runs)
     return {name: records(table(judged=judged)) for name, table in (
@@ -54,7 +66,9 @@ def run_tables(runs):
 
 
 @transaction.atomic
-def do_store_evaluation(campaign, overhead_campaign, overhead, fits, parameters, wall_seconds, *, acting_user):
+def do_store_evaluation(campaign: Campaign, overhead_campaign: Campaign | None, overhead: list[dict[str, Any]],
+                        fits: list[dict[str, Any]], parameters: dict[str, Any], wall_seconds: float, *,
+                        acting_user: User | None) -> Evaluation:
     """Store a finished evaluation: its tables computed from its campaign's runs, with the overhead and
     fit tables measured apart."""
     runs = campaign.runs.all()
@@ -66,7 +80,7 @@ def do_store_evaluation(campaign, overhead_campaign, overhead, fits, parameters,
 
 
 @transaction.atomic
-def do_retabulate_evaluation(evaluation, *, acting_user):
+def do_retabulate_evaluation(evaluation: Evaluation, *, acting_user: User | None) -> Evaluation:
     """Recompute a stored evaluation's run tables from its runs (after retried runs finished)."""
     runs = evaluation.campaign.runs.all()
     previous = evaluation.parameters.copy()
@@ -81,7 +95,8 @@ def do_retabulate_evaluation(evaluation, *, acting_user):
 
 # --- The version matrix and bisections across torch releases (evaluation.versions, runners.bisection) ---
 
-def do_create_version_matrix(environments, seeds, steps=None, *, acting_user):
+def do_create_version_matrix(environments: Sequence[PythonEnvironment], seeds: Iterable[int], steps: int | None = None,
+                             *, acting_user: User | None) -> Campaign:
     """The version-matrix campaign: every CPU bug reproducer, buggy and fixed, ``plain``, over ``seeds`` in each
     of ``environments`` (PythonEnvironments, one per torch release); a reproducer version runs only in the
     environments its ``needs.packages`` allow (runners.plans). Its parameters name the releases, which is what
@@ -97,7 +112,7 @@ def do_create_version_matrix(environments, seeds, steps=None, *, acting_user):
     return campaign
 
 
-def bisected_version(bug, reproducer=None):
+def bisected_version(bug: Bug, reproducer: str | None = None) -> ReproducerVersion:
     """The latest approved CPU reproducer version of ``bug`` that a bisection runs (the one named ``reproducer``,
     or the first by name); ValidationError when there is none."""
     versions = [version for version in runnable_versions([bug.bug_id])
@@ -112,8 +127,9 @@ MAX_BISECTION_SEEDS = 10
 
 
 @transaction.atomic
-def do_start_bisection(bug, good, bad, *, seeds, releases=None, workers=None, steps=None, reproducer=None,
-                       acting_user):
+def do_start_bisection(bug: Bug, good: str, bad: str, *, seeds: Iterable[int], releases: Sequence[str] | None = None,
+                       workers: int | None = None, steps: int | None = None, reproducer: str | None = None,
+                       acting_user: User | None) -> Bisection:
     """Start a bisection of ``bug`` from release ``good`` to ``bad`` (runners.bisection): the releases between
     them are ``releases`` when given, else those the package index serves, looked up as it first advances (on a
     worker). ``workers``: probes per round (None: the free worker slots then). ``do_advance_bisection`` runs it."""
@@ -139,7 +155,9 @@ def do_start_bisection(bug, good, bad, *, seeds, releases=None, workers=None, st
     return bisection
 
 
-def do_advance_bisection(bisection, *, acting_user=None, available=index_releases, slots=free_slots):
+def do_advance_bisection(bisection: Bisection, *, acting_user: User | None = None,
+                         available: Callable[[], Iterable[str]] = index_releases,
+                         slots: Callable[[], int] = free_slots) -> Bisection:
     """One step of a bisection, safe to repeat: once the open round's runs have all finished, record each probe's
     outcome; then ask the planner (runners.bisection.next_probes) for the next round, and create its campaign (its
     runs go to the workers), or record the result. A problem (the index unreachable, a release that no live worker
@@ -159,7 +177,8 @@ def do_advance_bisection(bisection, *, acting_user=None, available=index_release
                                  acting_user=acting_user)
 
 
-def _advance_bisection(bisection, acting_user, available, slots):
+def _advance_bisection(bisection: Bisection, acting_user: User | None, available: Callable[[], Iterable[str]],
+                       slots: Callable[[], int]) -> Bisection:
     """The step of ``do_advance_bisection``; raises what stops the bisection."""
     if not bisection.releases:
         releases = releases_between(bisection.good, bisection.bad, available())
@@ -187,7 +206,8 @@ def _advance_bisection(bisection, acting_user, available, slots):
     return _start_round(bisection, step.probes, environments, plan, len(known), acting_user)
 
 
-def _start_round(bisection, releases, environments, plan, known_count, acting_user):
+def _start_round(bisection: Bisection, releases: Sequence[str], environments: Sequence[PythonEnvironment | None],
+                 plan: CampaignPlan, known_count: int, acting_user: User | None) -> Bisection:
     with transaction.atomic():
         locked = Bisection.objects.select_for_update().get(pk=bisection.pk)
         if locked.status != BisectionStatus.RUNNING or locked.probes.count() != known_count:
@@ -202,7 +222,7 @@ def _start_round(bisection, releases, environments, plan, known_count, acting_us
     return locked
 
 
-def _finish_bisection(bisection, result, acting_user):
+def _finish_bisection(bisection: Bisection, result: BisectionResult, acting_user: User | None) -> Bisection:
     with transaction.atomic():
         updated = Bisection.objects.filter(pk=bisection.pk, status=BisectionStatus.RUNNING).update(
             status=BisectionStatus.FINISHED, first_changed=result.first_changed or "", last_same=result.last_same or "",
@@ -213,7 +233,8 @@ def _finish_bisection(bisection, result, acting_user):
     return bisection
 
 
-def do_fail_bisection(bisection, error, *, acting_user=None):
+def do_fail_bisection(bisection: Bisection, error: BaseException | str, *,
+                      acting_user: User | None = None) -> Bisection:
     """End a running bisection with the reason it cannot go on."""
     reason = "; ".join(error.messages) if isinstance(error, ValidationError) else str(error)
     with transaction.atomic():

@@ -11,53 +11,54 @@ sentences of each kind:
 The synthetic history (devtools.synthetic) writes its failures with the same builders and kinds. Migration 0007
 classified the runs stored before kinds existed from these sentences.
 """
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from .executor import Ending, Limits, SandboxedProgramFailed, SandboxResult, signal_name
-from .models import UNSUCCESSFUL_STATUSES, RunFailureKind
+from .models import UNSUCCESSFUL_STATUSES, Run, RunFailureKind
 
 # --- How a sealed program ended badly ----------------------------------------------------------------------------
 
-def process_limit_exceeded(limits):
+def process_limit_exceeded(limits: Limits) -> str:
     """Killed for having more than ``limits.max_processes`` processes at once (the group count)."""
     return (f"Process limit exceeded: more than {limits.max_processes} processes at once (a fork bomb?); "
             "the process group was killed.")
 
 
-def time_limit_exceeded(limits, forking=False):
+def time_limit_exceeded(limits: Limits, forking: bool = False) -> str:
     return (f"Time limit exceeded: still running after {limits.time_limit_seconds:g} s; "
             "the process group was killed."
             + (f" It had reached the limit of {limits.max_processes} processes (a fork bomb?)." if forking else ""))
 
 
-def output_flood(limits):
+def output_flood(limits: Limits) -> str:
     return f"Output flood: more than {limits.flood_bytes} bytes on stdout/stderr; the process group was killed."
 
 
-def out_of_memory(limits, last_line=""):
+def out_of_memory(limits: Limits, last_line: str = "") -> str:
     return f"Out of memory: exceeded the memory limit of {limits.memory_mb} MB. {last_line}".strip()
 
 
-def process_limit_reached(limits, last_line=""):
+def process_limit_reached(limits: Limits, last_line: str = "") -> str:
     """It ended on its own after a fork failed at RLIMIT_NPROC."""
     return f"Process limit reached: at most {limits.max_processes} processes. {last_line}".strip()
 
 
-def isolation_unavailable(error):
+def isolation_unavailable(error: str) -> str:
     """The sandbox did not start the program: this worker cannot seal runs (``error``: the kernel's reason)."""
     return ("Refused: this worker cannot seal runs in namespaces of their own "
             f"({error}); it runs no untrusted code unless its operator sets SILENTBENCH_ALLOW_UNISOLATED=true.")
 
 
-def write_refused(last_line=""):
+def write_refused(last_line: str = "") -> str:
     return ("Refused by the sandbox: a reproducer may write only inside its own run directory. "
             f"{last_line}").strip()
 
 
-def crashed(exit_code, last_line=""):
+def crashed(exit_code: int | None, last_line: str = "") -> str:
     """Any other non-zero end: a signal (negative ``exit_code``) or an exit code."""
     name = signal_name(exit_code)
     how = f"killed by {name}" if name else f"exited with code {exit_code}"
@@ -79,7 +80,7 @@ def program_failure(result: SandboxResult, limits: Limits) -> Failure | None:
     if ending is None:
         return None
     last_line = result.last_line
-    builder, arguments = {
+    wordings: dict[Ending, tuple[Callable[..., str], tuple[object, ...]]] = {
         Ending.REFUSED: (isolation_unavailable, (result.refused,)),
         Ending.MEMORY_EXCEEDED: (out_of_memory, (limits, "(the run's processes together)")),
         Ending.PROCESS_LIMIT_EXCEEDED: (process_limit_exceeded, (limits,)),
@@ -89,7 +90,8 @@ def program_failure(result: SandboxResult, limits: Limits) -> Failure | None:
         Ending.PROCESS_LIMIT_REACHED: (process_limit_reached, (limits, last_line)),
         Ending.WRITE_REFUSED: (write_refused, (last_line,)),
         Ending.CRASHED: (crashed, (result.exit_code, last_line)),
-    }[ending]
+    }
+    builder, arguments = wordings[ending]
     return Failure(kind_of(builder), builder(*arguments))
 
 
@@ -105,59 +107,60 @@ def error_text(error: BaseException) -> str:
 
 # --- Before, around or instead of the program --------------------------------------------------------------------
 
-def no_oracle_report():
+def no_oracle_report() -> str:
     return ("No oracle report: the reproducer exited normally but wrote no 'oracle' record "
             "(see docs/reproducer-protocol.md).")
 
 
-def offline_check_failed(error):
+def offline_check_failed(error: BaseException | str) -> str:
     """The detector's check after the run (TrainCheck's) failed: the detector's doing, not the program's."""
     return f"The detector's offline check failed: {error}"
 
 
-def detector_setup_failed(error):
+def detector_setup_failed(error: BaseException | str) -> str:
     """The detector's own preparation of the run (TrainCheck's instrumentation of the script) failed."""
     return f"The detector could not prepare the run: {error}"
 
 
-def unapproved():
+def unapproved() -> str:
     return "Refused: this reproducer version is not approved by a maintainer."
 
 
-def fit_failed(error):
+def fit_failed(error: BaseException | str) -> str:
     return f"The detector's fit phase failed: {error}"
 
 
-def internal_error(error):
+def internal_error(error: BaseException | str) -> str:
     return f"Internal error before the reproducer ran: {error}"
 
 
-def storing_failed(error):
+def storing_failed(error: BaseException) -> str:
     """The run finished but the database refused its result (runners.actions.do_finish_run)."""
     detail = (str(error).strip().splitlines() or [""])[0][:500]
     return f"Storing the result failed: {type(error).__name__}: {detail}"
 
 
-def too_many_records(what, seen, cap):
+def too_many_records(what: str, seen: int, cap: int) -> str:
     """The report held more records of one kind (``what``: step, alarm, compare) than a run keeps."""
     return f"Too many {what} records: {seen} written, at most {cap} are kept per run."
 
 
-def cancelled_before_start(who):
+def cancelled_before_start(who: str) -> str:
     return f"Cancelled by {who} before it started."
 
 
-def timer_interrupted():
+def timer_interrupted() -> str:
     """An overhead run whose timing process (manage.py evaluate) stopped while it ran: nobody will finish it."""
     return "Lost: the overhead measurement that was running it stopped before it finished (interrupted)."
 
 
-def lost_again(max_attempts):
+def lost_again(max_attempts: int) -> str:
     """A broker run whose executor went away on its last allowed attempt (runners.actions.MAX_ATTEMPTS)."""
     return (f"Lost again: its worker stopped while running it (the worker died, or the run took it down); "
             f"a run lost after {max_attempts} attempts is not retried again.")
 
-def unservable_reason(queue, needs, environment, workers_seen, window_minutes):
+def unservable_reason(queue: str, needs: object, environment: str, workers_seen: Iterable[str],
+                      window_minutes: float) -> str:
     """No live worker consumes ``queue``: what the run ``needs`` (in ``environment``, '' for the default one), and
     the workers seen (``workers_seen``: runners.environments.routing.describe_worker of each)."""
     where = f" in the environment {environment}" if environment else ""
@@ -165,19 +168,19 @@ def unservable_reason(queue, needs, environment, workers_seen, window_minutes):
             f"workers seen in the last {window_minutes:g} min: {'; '.join(workers_seen) or 'none'}.")
 
 
-def environment_not_built(name):
+def environment_not_built(name: str) -> str:
     """A worker took a run of an environment it has not built (its folder is gone, or it was routed by hand)."""
     return (f"This worker cannot serve the run: the environment {name} is not built here (manage.py "
             "build_environment, or SILENTBENCH_WORKER_ENVIRONMENTS, on the workers that consume its queues).")
 
 
-def environment_lacks_packages(detector, environment, missing):
+def environment_lacks_packages(detector: str, environment: str, missing: Iterable[str]) -> str:
     """The run's detector needs packages its environment does not have (TrainCheck's, in another torch release)."""
     return (f"This worker cannot serve the run: the detector {detector} needs {', '.join(missing)}, which the "
             f"environment {environment} does not have; run it in the default environment, or build one with them.")
 
 
-def wrong_worker_reason(needs, gpus):
+def wrong_worker_reason(needs: object, gpus: Iterable[Mapping[str, Any]]) -> str:
     """Why a worker refuses a run it took: its host (``gpus``, its inventory) lacks what the run needs."""
     offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
     return f"This worker cannot serve the run: it needs {needs}; this host has {offered or 'no GPU'}."
@@ -207,7 +210,7 @@ REASON_BUILDERS = {
 KIND_OF_BUILDER = {builder: kind for kind, builders in REASON_BUILDERS.items() for builder in builders}
 
 
-def kind_of(builder):
+def kind_of(builder: Callable[..., str]) -> RunFailureKind:
     """The RunFailureKind of the sentences ``builder`` writes."""
     return KIND_OF_BUILDER[builder]
 
@@ -259,19 +262,19 @@ class DetectorSetupFailed(RunRefused):
         return detector_setup_failed(self)
 
 
-def failure_counts(runs):
+def failure_counts(runs: QuerySet[Run]) -> dict[str, int]:
     """{kind: count} over the failed and cancelled runs among ``runs``, in one query ('' for any without
     a kind)."""
     return dict(runs.filter(status__in=UNSUCCESSFUL_STATUSES).order_by()
                 .values_list("failure_kind").annotate(n=Count("id")))
 
 
-def breakdown(counts):
+def breakdown(counts: Mapping[str, int]) -> list[dict[str, Any]]:
     """[{kind, label, count}] from ``failure_counts``, most runs first (ties in the kinds' order); runs
     without a kind last, as "Not classified"."""
     order = list(RunFailureKind.values)
-    rows = [{"kind": kind, "label": RunFailureKind(kind).label, "count": count}
-            for kind, count in counts.items() if kind in order and count]
+    rows: list[dict[str, Any]] = [{"kind": kind, "label": RunFailureKind(kind).label, "count": count}
+                                  for kind, count in counts.items() if kind in order and count]
     rows.sort(key=lambda row: (-row["count"], order.index(row["kind"])))
     unknown = sum(count for kind, count in counts.items() if kind not in order)
     if unknown:
@@ -279,7 +282,7 @@ def breakdown(counts):
     return rows
 
 
-def parse_kinds(values):
+def parse_kinds(values: Collection[str]) -> list[RunFailureKind]:
     """RunFailureKinds from names ("time_limit"); ValueError naming the unknown ones and the known ones."""
     unknown = [value for value in values if value not in RunFailureKind.values]
     if unknown:

@@ -1,19 +1,27 @@
 """Read-only questions about runs, workers and what can run, and what each user may see of runs, their
 alarms and campaigns; the pages, the API, the commands and the actions share them (runners.actions writes)."""
-from datetime import timedelta
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from bugs.models import BugStatus, ReproducerVersion
+from bugs.models import Bug, BugStatus, ReproducerVersion
 from bugs.selectors import held_out_bug_ids, hidden_versions, sees_held_out
 from core.caching import per_request
 
 from .models import Alarm, Campaign, CampaignPurpose, Run, Worker
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
+
+def runnable_versions(bug_ids: Iterable[str] | None = None, cuda: bool = False,
+                      pipelines: bool = False) -> list[ReproducerVersion]:
     """The latest approved version of each reproducer (CPU ones unless ``cuda``), of the given
     bugs or of every bug that is not deprecated; of the clean reference pipelines if ``pipelines``."""
     versions = ReproducerVersion.objects.approved().filter(
@@ -25,7 +33,7 @@ def runnable_versions(bug_ids=None, cuda=False, pipelines=False):
                 .select_related("reproducer__bug").order_by("reproducer__bug__bug_id", "reproducer__name"))
 
 
-def runs_that_may_change(bug):
+def runs_that_may_change(bug: Bug) -> QuerySet[Run]:
     """The runs of ``bug`` that may still change, as the cache of its page reads them (core.caching.shown_on). A run is
     created with its campaign, and a completed campaign's runs change only by a retry, which reopens it
     (runners.completed): both change a Campaign row, so only the runs of open campaigns (and of none) are read, by
@@ -34,20 +42,20 @@ def runs_that_may_change(bug):
     return Run.objects.filter(pk__in=may_change.values("pk"))
 
 
-def live_workers(now=None):
+def live_workers(now: datetime | None = None) -> QuerySet[Worker]:
     """Workers seen within SILENTBENCH_WORKER_SEEN_MINUTES (their heartbeat keeps ``last_seen`` fresh)."""
     now = now or timezone.now()
     return Worker.objects.filter(last_seen__gte=now - timedelta(minutes=settings.SILENTBENCH_WORKER_SEEN_MINUTES))
 
 
-def dispatched_runs():
+def dispatched_runs() -> QuerySet[Run]:
     """The runs that go through the broker, which the reconciler looks after: all but those an overhead
     measurement creates and executes itself, one at a time (evaluation.overhead)."""
     return Run.objects.exclude(campaign__purpose=CampaignPurpose.OVERHEAD)
 
 
 @per_request
-def _hidden_versions_that_ran(user):
+def _hidden_versions_that_ran(user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[ReproducerVersion, Any] | None:
     """The hidden versions (bugs.selectors), as a subquery, when one of them has runs; else None. Code is hidden
     after it ran only rarely, and then nothing is filtered: one EXISTS query instead of an exclusion that scans
     every run or alarm counted, asked once per request (a page asks it for its runs, campaigns and evaluations)."""
@@ -57,21 +65,21 @@ def _hidden_versions_that_ran(user):
     return hidden.values("pk")
 
 
-def visible_runs(user, runs=None):
+def visible_runs(user: AbstractBaseUser | AnonymousUser | None, runs: QuerySet[Run] | None = None) -> QuerySet[Run]:
     """The runs (of ``runs``, default all) whose reproducer version ``user`` may see."""
     runs = Run.objects.all() if runs is None else runs
     hidden = _hidden_versions_that_ran(user)
     return runs if hidden is None else runs.exclude(reproducer_version__in=hidden)
 
 
-def visible_alarms(user):
+def visible_alarms(user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Alarm]:
     """The alarms of the runs ``user`` may see."""
     hidden = _hidden_versions_that_ran(user)
     alarms = Alarm.objects.all()
     return alarms if hidden is None else alarms.exclude(run__reproducer_version__in=hidden)
 
 
-def counted_runs(user, runs=None):
+def counted_runs(user: AbstractBaseUser | AnonymousUser | None, runs: QuerySet[Run] | None = None) -> QuerySet[Run]:
     """The runs (of ``runs``, default all) whose results count in the aggregate tables ``user`` sees: the visible
     ones and those of held-out bugs, which a false-positive rate or a held-out score counts while their rows stay
     hidden (evaluation.results); never a run of unreviewed code."""
@@ -80,13 +88,13 @@ def counted_runs(user, runs=None):
     return runs if hidden is None else runs.exclude(reproducer_version__in=_unreviewed(hidden))
 
 
-def _unreviewed(hidden):
+def _unreviewed(hidden: QuerySet[ReproducerVersion, Any]) -> QuerySet[ReproducerVersion, Any]:
     """Of the hidden versions that ran, those hidden because their code is unreviewed, not because their bug is
     held out."""
     return hidden.exclude(reproducer__bug__held_out=True)
 
 
-def visible_campaigns(user):
+def visible_campaigns(user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Campaign]:
     """The campaigns ``user`` may see: all of whose runs ran code that ``user`` may see (a campaign's name and
     counts speak of every run), except runs of held-out bugs, which their tables leave out (runners.views); but not
     a campaign that ran only held-out bugs (a verification of one), whose counts and tables would be that bug's."""
@@ -103,33 +111,33 @@ def visible_campaigns(user):
     return campaigns.exclude(runs__reproducer_version__in=_unreviewed(hidden)).exclude(pk__in=only_held_out)
 
 
-def names_held_out_bug(text):
+def names_held_out_bug(text: str) -> bool:
     """Whether ``text`` holds the ID of a held-out bug, in any case."""
     folded = text.casefold()
     return any(bug_id.casefold() in folded for bug_id in held_out_bug_ids())
 
 
-def shown_words(text, user, withheld):
+def shown_words(text: str, user: AbstractBaseUser | AnonymousUser | None, withheld: str) -> str:
     """Words a person or a command wrote (a campaign's name, an evaluation's command line) as ``user`` may read them:
     ``withheld`` instead when they hold a held-out bug's ID, unless a maintainer. The whole text is replaced, not the
     ID in it: what is left around a cut would say how the ID is spelled."""
     return text if sees_held_out(user) or not names_held_out_bug(text) else withheld
 
 
-def shown_name(campaign, user):
+def shown_name(campaign: Campaign, user: AbstractBaseUser | AnonymousUser | None) -> str:
     """A campaign's name as ``user`` may read it (shown_words), wherever it is shown: pages (the ``campaign_name``
     filter), the API, the comparison's captions, the admin. The names the system gives hold no bug ID
     (runners.actions), but a maintainer may have typed one."""
     return shown_words(campaign.name, user, f"campaign #{campaign.pk} (name withheld)")
 
 
-def shown_command(command, user):
+def shown_command(command: str, user: AbstractBaseUser | AnonymousUser | None) -> str:
     """An evaluation's recorded command line (``Evaluation.parameters["command"]``, which may name bugs:
     ``evaluate --bugs ...``) as ``user`` may read it (shown_words)."""
     return shown_words(command, user, "manage.py evaluate (its options are withheld: they name a held-out bug)")
 
 
-def shows_every_run(campaign, user):
+def shows_every_run(campaign: Campaign, user: AbstractBaseUser | AnonymousUser | None) -> bool:
     """Whether ``user`` sees every run of ``campaign``, one they may see (visible_campaigns): all but the runs of
     held-out bugs, which only the maintainers see."""
     if sees_held_out(user) or not held_out_bug_ids():  # no bug held out: no need to look through its runs
@@ -137,7 +145,7 @@ def shows_every_run(campaign, user):
     return not campaign.runs.filter(reproducer_version__reproducer__bug__held_out=True).exists()
 
 
-def shown_parameters(campaign, user):
+def shown_parameters(campaign: Campaign, user: AbstractBaseUser | AnonymousUser | None) -> dict[str, Any]:
     """What ``user`` may read of a campaign's recorded plan (``CampaignPlan.parameters``): without the reproducers
     of held-out bugs (each recorded as "BUG-ID/name @ hash"), unless a maintainer."""
     parameters = campaign.parameters

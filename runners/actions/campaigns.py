@@ -5,7 +5,11 @@ Each action takes the acting user (None: the system, i.e. a worker, the reconcil
 command). Permissions are checked by the callers (runners.permissions); a change that people make (create, cancel,
 retry) leaves an audit record (core.audit). The broker only carries run IDs: runs are queued by the task's name
 (``EXECUTE_RUN``), so nothing here imports the worker's tasks."""
+from __future__ import annotations
+
 import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from celery import current_app
 from django.core.exceptions import ValidationError
@@ -33,11 +37,18 @@ from ..models import (
 from ..plans import CampaignPlan
 from .detectors import do_record_detector
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.db.models import QuerySet
+
+    from bugs.models import Bug, ReproducerVersion
+
 logger = logging.getLogger(__name__)
 EXECUTE_RUN = "runners.tasks.execute_run"  # the Celery task that claims and executes one run (runners.tasks)
 
 
-def do_create_campaign(name, plan, purpose=CampaignPurpose.MANUAL, enqueue=True, *, acting_user):
+def do_create_campaign(name: str, plan: CampaignPlan, purpose: str = CampaignPurpose.MANUAL, enqueue: bool = True, *,
+                       acting_user: User | None) -> Campaign:
     """Create exactly the runs of ``plan`` (a runners.plans.CampaignPlan) as a campaign and enqueue them
     once the transaction commits; ``enqueue=False`` leaves them for the caller to execute itself.
     Approval is checked again here, so no path queues unapproved code."""
@@ -68,7 +79,8 @@ RETRY_RECORD_FIELDS = ("id", "status", "failure_kind", "failure_reason", "attemp
 AUDIT_RECORD_RUNS = 200  # runs a cancel's or retry's audit record keeps one by one (all of them are counted)
 
 
-def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
+def do_retry_failed_runs(campaign: Campaign, runs: QuerySet[Run] | None = None, kinds: Iterable[str] | None = None, *,
+                         acting_user: User | None) -> list[int]:
     """Queue the failed and cancelled runs of ``campaign`` (or those of ``runs``) again, as new attempts;
     with ``kinds`` (RunFailureKinds), only those that failed for one of these reasons.
 
@@ -90,7 +102,7 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
         previous = list(runs.select_for_update(of=("self",)).order_by("id").values(*RETRY_RECORD_FIELDS))
         run_ids = [run["id"] for run in previous]
         if run_ids:
-            which = f" ({', '.join(kind.label.lower() for kind in kinds)})" if kinds is not None else ""
+            which = f" ({', '.join(RunFailureKind(kind).label.lower() for kind in kinds)})" if kinds is not None else ""
             audit.record(acting_user, AuditAction.RETRY, locked,
                          f"queued {len(run_ids)} failed or cancelled run(s) again{which}",
                          runs=previous[:AUDIT_RECORD_RUNS], run_count=len(previous),
@@ -108,7 +120,7 @@ def do_retry_failed_runs(campaign, runs=None, kinds=None, *, acting_user):
     return run_ids
 
 
-def do_cancel_campaign(campaign, *, acting_user):
+def do_cancel_campaign(campaign: Campaign, *, acting_user: User | None) -> list[int]:
     """Cancel the runs of ``campaign`` that have not started. Runs already executing finish and keep
     their results (a reproducer is never killed half-way by a cancel). Returns the IDs cancelled."""
     who = audit.actor_label(acting_user)
@@ -128,7 +140,7 @@ def do_cancel_campaign(campaign, *, acting_user):
     return run_ids
 
 
-def do_complete_campaign(campaign, *, acting_user=None):
+def do_complete_campaign(campaign: Campaign, *, acting_user: User | None = None) -> bool:
     """Mark ``campaign`` completed if none of its runs is queued or running; True for the one call
     that does it. A completed verification campaign records the stability of what it ran.
 
@@ -147,7 +159,8 @@ def do_complete_campaign(campaign, *, acting_user=None):
     return True
 
 
-def do_start_verification(versions, seeds=3, steps=None, *, acting_user):
+def do_start_verification(versions: Sequence[ReproducerVersion], seeds: int = 3, steps: int | None = None, *,
+                          acting_user: User | None) -> Campaign:
     """Verification of approved bug reproducers through the normal pipeline: k seeds of buggy and fixed,
     no detector. Its stability is recorded when its last run finishes (do_complete_campaign). Approving
     a version starts it (runners.receivers), so approving does not also need the right to trigger runs. Its name
@@ -159,20 +172,20 @@ def do_start_verification(versions, seeds=3, steps=None, *, acting_user):
                               CampaignPurpose.VERIFICATION, acting_user=acting_user)
 
 
-def enqueue_runs(run_ids):
+def enqueue_runs(run_ids: Iterable[int]) -> None:
     """Send each run's ID to its queue, for the task named ``EXECUTE_RUN``."""
     execute_run = current_app.tasks[EXECUTE_RUN]
     for run_id, queue in Run.objects.filter(pk__in=run_ids).values_list("id", "queue"):
         execute_run.apply_async(args=[run_id], queue=queue)
 
 
-def do_record_stability(campaign, *, acting_user=None):
+def do_record_stability(campaign: Campaign, *, acting_user: User | None = None) -> list[StabilityCheck]:
     """Stability of every bug reproducer a verification campaign ran, and the bugs' new status.
 
     Over the campaign's seeds: buggy manifested a/k, fixed b/k (StabilityCheck.verdict_for). A
     deprecated bug keeps its status; a bug with several reproducers takes the worst verdict among them.
     """
-    tallies = {}
+    tallies: dict[ReproducerVersion, dict[str, Any]] = {}
     for run in campaign.runs.select_related("reproducer_version__reproducer__bug", "environment"):
         if run.reproducer_version.reproducer.is_reference_pipeline:
             continue
@@ -183,7 +196,7 @@ def do_record_stability(campaign, *, acting_user=None):
             tally["failed"] += 1
         elif run.manifested:
             tally[run.variant] += 1
-    checks = []
+    checks: list[StabilityCheck] = []
     with transaction.atomic():
         # A retried campaign is verified anew: its new checks replace those of its first completion.
         StabilityCheck.objects.filter(campaign=campaign).delete()
@@ -194,10 +207,12 @@ def do_record_stability(campaign, *, acting_user=None):
                 buggy_manifested=tally["buggy"], fixed_manifested=tally["fixed"], failed_runs=tally["failed"],
                 verdict=StabilityCheck.verdict_for(seeds, tally["buggy"], tally["fixed"], tally["failed"]),
             ))
-        severity = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY, VerificationVerdict.UNREPRODUCIBLE]
-        by_bug = {}
+        severity: list[str] = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY,
+                               VerificationVerdict.UNREPRODUCIBLE]
+        by_bug: dict[Bug, str] = {}
         for check in checks:
             bug = check.reproducer_version.reproducer.bug
+            assert bug is not None  # a reference pipeline (no bug) was skipped above
             by_bug[bug] = max(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict, key=severity.index)
         for bug, verdict in by_bug.items():
             do_set_verification_verdict(bug, verdict, acting_user=acting_user, campaign=campaign)

@@ -1,5 +1,10 @@
 """Detector versions, as named actions: a researcher submits one, a maintainer approves or rejects it, and an
 approved one is scored on the corpus by a campaign of its own."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -8,16 +13,22 @@ from core.enums import AuditAction, ReviewState
 from core.review import record_review
 
 from ..detector_versions.fitting import is_fit_reference
-from ..detector_versions.submissions import name_problem
-from ..models import CampaignPurpose, DetectorVersion, Variant
+from ..detector_versions.submissions import CheckedDetector, name_problem
+from ..models import Campaign, CampaignPurpose, DetectorVersion, Variant
 from ..plans import CampaignPlan
 from ..scoring import published_seeds, scoring_versions
 from .campaigns import do_create_campaign
 from .detectors import do_record_detector, do_record_submitted_detector
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from bugs.models import ReproducerVersion
+
 
 @transaction.atomic
-def do_submit_detector_version(checked, link="", *, acting_user) -> DetectorVersion:
+def do_submit_detector_version(checked: CheckedDetector, link: str = "", *,
+                               acting_user: User | None) -> DetectorVersion:
     """A researcher's detector (a runners.detector_versions.submissions.CheckedDetector), stored as a version waiting
     for review. Nothing is imported, queued or run. A new version of a submitted detector comes from its
     submitter or a maintainer (``permissions``: checked by the callers); a built-in's name is refused, as is a
@@ -41,16 +52,18 @@ def do_submit_detector_version(checked, link="", *, acting_user) -> DetectorVers
     return version
 
 
-def _review_detector_version(version, approve, note, acting_user):
+def _review_detector_version(version: DetectorVersion, approve: bool, note: str,
+                             acting_user: User | None) -> DetectorVersion:
     version = record_review(version, approve, note, acting_user)
-    audit.record(acting_user, AuditAction.APPROVE if approve else "reject", version,
+    audit.record(acting_user, AuditAction.APPROVE if approve else AuditAction.REJECT, version,
                  f"{'approved' if approve else 'rejected'} detector {version}" + (f": {version.review_note}"
                                                                                  * bool(version.review_note)))
     return version
 
 
 @transaction.atomic
-def do_approve_detector_version(version, note="", *, acting_user):
+def do_approve_detector_version(version: DetectorVersion, note: str = "", *,
+                                acting_user: User | None) -> tuple[DetectorVersion, Campaign]:
     """A maintainer approves one exact detector version; its scoring campaign starts (``do_start_scoring``).
     Returns ``(version, campaign)``."""
     version = _review_detector_version(version, True, note, acting_user)
@@ -58,12 +71,13 @@ def do_approve_detector_version(version, note="", *, acting_user):
 
 
 @transaction.atomic
-def do_reject_detector_version(version, note, *, acting_user):
+def do_reject_detector_version(version: DetectorVersion, note: str, *, acting_user: User | None) -> DetectorVersion:
     """A maintainer rejects one detector version, with a reason the submitter reads; nothing of it ever runs."""
     return _review_detector_version(version, False, note, acting_user)
 
 
-def do_start_scoring(version, seeds=None, versions=None, *, acting_user):
+def do_start_scoring(version: DetectorVersion, seeds: Iterable[int] | None = None,
+                     versions: Sequence[ReproducerVersion] | None = None, *, acting_user: User | None) -> Campaign:
     """An evaluation campaign of one approved DetectorVersion (its submitted config) over every CPU reproducer and
     clean pipeline (``versions``: runners.scoring.scoring_versions), both variants, at the published
     evaluation's seeds (``seeds``: runners.scoring.published_seeds), its own fit references left out. Approval

@@ -3,6 +3,10 @@ with every run), and the DetectorVersion of a built-in plugin's module as the re
 
 Looking a detector up never writes (runners.detector_versions.registry); naming one for a campaign records its row,
 here."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -14,8 +18,11 @@ from ..detector_versions.submitted import SubmittedPlugin
 from ..detectors import DetectorPlugin, all_plugins, get_plugin
 from ..models import Detector, DetectorVersion
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def do_record_builtin_detector_version(plugin: DetectorPlugin, *, acting_user=None) -> DetectorVersion:
+
+def do_record_builtin_detector_version(plugin: DetectorPlugin, *, acting_user: User | None = None) -> DetectorVersion:
     """The approved DetectorVersion of a built-in plugin: its module's source as the repository holds it now,
     recorded as the system's on first use (built-in and submitted detectors are one kind of record)."""
     source, digest = builtin_source(plugin)
@@ -47,7 +54,7 @@ def _record(name: str, version: str, config: dict, description: str, code: Detec
     return detector
 
 
-def do_record_detector(name: str, overrides: dict | None = None, *, acting_user=None) -> Detector:
+def do_record_detector(name: str, overrides: dict | None = None, *, acting_user: User | None = None) -> Detector:
     """The Detector row for a built-in plugin at its current version and code, with this exact config."""
     plugin = get_plugin(name)
     return _record(plugin.name, plugin.version, plugin.config(overrides), plugin.description,
@@ -55,13 +62,13 @@ def do_record_detector(name: str, overrides: dict | None = None, *, acting_user=
 
 
 def do_record_submitted_detector(version: DetectorVersion, overrides: dict | None = None, *,
-                                 acting_user=None) -> Detector:
+                                 acting_user: User | None = None) -> Detector:
     """The Detector row of a submitted DetectorVersion, with its submitted config (and ``overrides``)."""
     plugin = SubmittedPlugin(version)
     return _record(version.name, version.version, plugin.config({**version.config, **(overrides or {})}),
                    version.description, version)
 
 
-def do_sync_detectors(*, acting_user=None) -> dict[str, Detector]:
+def do_sync_detectors(*, acting_user: User | None = None) -> dict[str, Detector]:
     """Make sure every registered plugin has a row with its default config."""
     return {name: do_record_detector(name, acting_user=acting_user) for name in all_plugins()}

@@ -2,11 +2,15 @@
 and the repairs of runs whose executor went away (the reaper, lost runs, runs nobody can serve).
 
 PostgreSQL (or SQLite) is the truth and the broker only carries run IDs, so every action here is safe to repeat."""
+from __future__ import annotations
+
 import functools
 import logging
 import time
 from collections import namedtuple
-from datetime import timedelta
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
@@ -15,11 +19,17 @@ from django.utils import timezone
 from ..detector_versions.registry import plugin_for
 from ..environments.routing import describe_worker, environment_of_queue, needs_of_queue
 from ..failures import kind_of, lost_again, storing_failed, timer_interrupted, unservable_reason
-from ..models import Alarm, Campaign, CampaignPurpose, Run, RunFailureKind, RunStatus
+from ..models import Alarm, Campaign, CampaignPurpose, Run, RunFailureKind, RunStatus, Worker
 from ..report import json_safe
 from ..selectors import dispatched_runs, live_workers
 from .campaigns import do_cancel_campaign, do_complete_campaign, enqueue_runs
 from .workers import current_environment
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.db.models import QuerySet
+
+    from ..execution import RunOutcome
 
 logger = logging.getLogger(__name__)
 STALE_RUN_GRACE = timedelta(minutes=5)
@@ -27,8 +37,11 @@ STALE_RUN_GRACE = timedelta(minutes=5)
 # attempt (or later) fails as lost: it may be what takes its workers down (do_requeue_lost_runs).
 MAX_ATTEMPTS = 2
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def do_claim_run(run_id, worker):
+
+def do_claim_run(run_id: int, worker: Worker) -> Run | None:
     """Move a queued run to running for this worker; None if it is not (or no longer) queued."""
     with transaction.atomic():
         run = Run.objects.select_for_update(of=("self",)).select_related(
@@ -44,12 +57,12 @@ def do_claim_run(run_id, worker):
     return run
 
 
-def retry_while_database_away(action):
+def retry_while_database_away(action: Callable[P, R]) -> Callable[P, R]:
     """Retry ``action`` with backoff for up to SILENTBENCH_DB_RETRY_SECONDS while the database cannot be
     reached (a restart, a failover), reconnecting each time: a worker keeps the result it holds. Only
     for idempotent actions, outside any transaction."""
     @functools.wraps(action)
-    def retrying(*args, **kwargs):
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
         deadline, pause = time.monotonic() + settings.SILENTBENCH_DB_RETRY_SECONDS, 0.5
         while True:
             try:
@@ -69,7 +82,7 @@ def retry_while_database_away(action):
 
 
 @retry_while_database_away
-def do_fail_run_without_executing(run, reason, kind):
+def do_fail_run_without_executing(run: Run, reason: str, kind: str) -> bool:
     """Fail a claimed run that will not execute (refused, its fit failed, an internal error): ``reason``
     for a person, ``kind`` a RunFailureKind."""
     kind = RunFailureKind(kind)
@@ -79,7 +92,7 @@ def do_fail_run_without_executing(run, reason, kind):
     return bool(updated)
 
 
-def do_give_up_running_runs(campaign, *, acting_user=None):
+def do_give_up_running_runs(campaign: Campaign, *, acting_user: User | None = None) -> int:
     """Fail the runs of ``campaign`` still running in this process when it stops timing them (an overhead
     measurement interrupted): the reconciler leaves such runs alone, so nothing else would end them."""
     with transaction.atomic():
@@ -89,7 +102,7 @@ def do_give_up_running_runs(campaign, *, acting_user=None):
 
 
 @retry_while_database_away
-def do_finish_run(run, outcome):
+def do_finish_run(run: Run, outcome: RunOutcome) -> bool:
     """Store a finished run's results exactly once: a repeated call for the same attempt changes nothing.
 
     Every value goes through ``json_safe`` (no NaN or Infinity reaches the database). Should storing still
@@ -104,7 +117,7 @@ def do_finish_run(run, outcome):
         return _fail_storing(run, outcome, error)
 
 
-def _store_result(run, outcome):
+def _store_result(run: Run, outcome: RunOutcome) -> bool:
     with transaction.atomic():
         current = Run.objects.select_for_update().filter(pk=run.pk).first()
         if current is None or current.status != RunStatus.RUNNING or current.attempts != run.attempts:
@@ -136,7 +149,7 @@ def _store_result(run, outcome):
     return True
 
 
-def _fail_storing(run, outcome, error):
+def _fail_storing(run: Run, outcome: RunOutcome, error: Exception) -> bool:
     """Fail a run whose result the database refused (``error``), keeping its exit code and time, and its
     logs and how it ran unless they are what cannot be stored. False when the attempt is no longer running."""
     failed = dict(status=RunStatus.FAILED, failure_reason=storing_failed(error), failure_kind=kind_of(storing_failed),
@@ -155,16 +168,17 @@ def _fail_storing(run, outcome, error):
             return bool(attempt.update(**failed))
 
 
-def stale_running_runs(runs, now):
+def stale_running_runs(runs: QuerySet[Run], now: datetime) -> Iterator[Run]:
     """The runs among ``runs`` still running long past their allowance (their time limit under their
     detector, plus a grace period): whatever was executing them is gone."""
     for run in runs.filter(status=RunStatus.RUNNING).select_related("reproducer_version", "detector__code"):
         allowed = plugin_for(run.detector).run_allowance(run.reproducer_version.time_limit_seconds)
+        assert run.started_at is not None  # a running run has started
         if run.started_at + timedelta(seconds=allowed) + STALE_RUN_GRACE < now:
             yield run
 
 
-def do_requeue_stale_runs(now=None):
+def do_requeue_stale_runs(now: datetime | None = None) -> LostRuns:
     """The reaper: a run still 'running' long past its time limit lost its worker; queue it again (or give it
     up, do_requeue_lost_runs). Returns LostRuns."""
     now = now or timezone.now()
@@ -174,7 +188,7 @@ def do_requeue_stale_runs(now=None):
 LostRuns = namedtuple("LostRuns", "requeued given_up")  # run IDs
 
 
-def do_requeue_lost_runs(seen, now=None):
+def do_requeue_lost_runs(seen: Mapping[int, int], now: datetime | None = None) -> LostRuns:
     """Queue again, as new attempts, the runs of ``seen`` ({run ID: attempt}) still running that attempt:
     whatever was executing them is gone. One lost on attempt MAX_ATTEMPTS or later fails as lost instead, and
     its campaign completes if nothing else is left to run. Returns LostRuns."""
@@ -196,7 +210,7 @@ def do_requeue_lost_runs(seen, now=None):
     return LostRuns(requeued, given_up)
 
 
-def do_give_up_stale_timed_runs(now=None):
+def do_give_up_stale_timed_runs(now: datetime | None = None) -> list[int]:
     """The reaper of overhead runs, which nobody queues again: one still running long past its allowance lost
     the process timing it (killed, its host gone). It fails as lost, and its campaign is closed (the runs
     left queued are cancelled). Returns the IDs given up."""
@@ -214,7 +228,7 @@ def do_give_up_stale_timed_runs(now=None):
     return given_up
 
 
-def do_flag_unservable_runs(now=None):
+def do_flag_unservable_runs(now: datetime | None = None) -> list[int]:
     """Fail the runs that nobody can serve instead of leaving them queued for ever: queued for longer
     than SILENTBENCH_UNSERVABLE_GRACE_MINUTES while no worker seen within SILENTBENCH_WORKER_SEEN_MINUTES
     consumes their queue. The reason names what they need and what the live workers offer. Returns the IDs."""
@@ -226,6 +240,7 @@ def do_flag_unservable_runs(now=None):
     waiting = (dispatched_runs().filter(status=RunStatus.QUEUED,
                                   queued_at__lt=now - timedelta(minutes=settings.SILENTBENCH_UNSERVABLE_GRACE_MINUTES))
                .exclude(queue__in=served))
+    campaign_ids: set[int]
     failed, campaign_ids = [], set()
     for queue in sorted(set(waiting.values_list("queue", flat=True))):
         with transaction.atomic():

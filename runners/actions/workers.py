@@ -1,14 +1,15 @@
 """Workers, as named actions: a worker registers as it starts, says it is alive, and records the host a run ran on."""
 import socket
+from collections.abc import Iterable
 
 from django.utils import timezone
 
 from ..environments.host import host_capabilities
 from ..environments.python_environments import facts_in
-from ..models import Environment, Worker
+from ..models import Environment, PythonEnvironment, Worker
 
 
-def do_register_worker(name, queues, concurrency=1):
+def do_register_worker(name: str, queues: Iterable[str], concurrency: int = 1) -> Worker:
     """Record a worker as it starts: the queues it consumes and what its host can serve."""
     capabilities = host_capabilities()
     gpus = capabilities["gpus"]
@@ -24,7 +25,7 @@ def do_register_worker(name, queues, concurrency=1):
     return worker
 
 
-def current_worker(name=None):
+def current_worker(name: str | None = None) -> Worker:
     """The Worker row of this process (its Celery node name, else the host name), marked seen now.
     A process that runs tasks without having registered (eagerly, in tests) is recorded consuming nothing."""
     name = name or socket.gethostname()
@@ -33,7 +34,7 @@ def current_worker(name=None):
     return Worker.objects.get(hostname=name)
 
 
-def current_environment(python_environment=None):
+def current_environment(python_environment: PythonEnvironment | None = None) -> Environment:
     """The Environment row of this host as a run in ``python_environment`` (None: the default) sees it."""
     facts = facts_in(python_environment)
     environment, _ = Environment.objects.get_or_create(
@@ -47,6 +48,6 @@ def current_environment(python_environment=None):
     return environment
 
 
-def do_record_heartbeat(worker_name):
+def do_record_heartbeat(worker_name: str) -> bool:
     """A worker is alive: its ``last_seen`` is now (the reconciler requeues the runs of silent workers)."""
     return bool(Worker.objects.filter(hostname=worker_name).update(last_seen=timezone.now()))

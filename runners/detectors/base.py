@@ -7,12 +7,14 @@ import os
 import pkgutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..executor import Limits, Preload, warm_torch
 
-registered_plugins = {}
+registered_plugins: dict[str, "DetectorPlugin"] = {}
 # What a detector needs from the program it watches (``DetectorPlugin.integration``), and what each label means.
 DROP_IN = "drop-in"
 OPT_IN = "opt-in"
@@ -29,16 +31,17 @@ SUBMITTED_MODULE = "runners.detectors.submitted"  # the name it is imported unde
 PLUGIN_PACKAGE = __name__.rpartition(".")[0]  # runners.detectors: every module of it but this one is a plugin
 _importing_submitted = False  # while a submitted module is imported, ``register`` leaves the registry alone
 _loaded = False
+PluginClass = TypeVar("PluginClass", bound="type[DetectorPlugin]")
 
 
-def alarm_mac(key, record):
+def alarm_mac(key: str, record: dict[str, Any]) -> str:
     """The signature of an alarm ``record`` (without its "mac"): HMAC-SHA256 under ``key`` (hex) of its
     canonical JSON, as hex."""
     canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True).encode()
     return hmac.new(bytes.fromhex(key), canonical, "sha256").hexdigest()
 
 
-def register(cls):
+def register(cls: PluginClass) -> PluginClass:
     """Class decorator: add a detector plugin to the registry under ``cls.name``; its module must say whether it
     is drop-in or opt-in (``integration``)."""
     if _importing_submitted:  # a submitted module: load_submitted_plugin takes its class, the registry never holds it
@@ -52,7 +55,7 @@ def register(cls):
     return cls
 
 
-def all_plugins():
+def all_plugins() -> dict[str, "DetectorPlugin"]:
     """Every registered plugin, by name: every module of the plugin package is imported the first time."""
     global _loaded
     if not _loaded:
@@ -63,14 +66,14 @@ def all_plugins():
     return dict(sorted(registered_plugins.items()))
 
 
-def get_plugin(name):
+def get_plugin(name: str) -> "DetectorPlugin":
     plugins = all_plugins()
     if name not in plugins:
         raise KeyError(f"unknown detector {name!r}; registered: {', '.join(plugins)}")
     return plugins[name]
 
 
-def preload_probe():
+def preload_probe() -> None:
     """What the zygote of instrumented runs imports (``PROBE_PRELOAD``): torch, warm, and every plugin module, as the
     probe loads them."""
     warm_torch()
@@ -92,38 +95,39 @@ class DetectorPlugin:
     ``tool_version``).
     """
 
-    name = ""
-    version = "0"
-    description = ""
-    integration = ""  # DROP_IN or OPT_IN (INTEGRATIONS): each plugin's module says which
-    default_config = {}
-    instruments = True  # False when nothing is injected into the process (plain, or an outer command)
-    needs_fit = False  # True: ``fit`` must produce an artifact from clean reference pipelines first
-    time_limit_factor = 1  # how much longer than the reproducer's own limit an instrumented run may take
-    fit_family = ""  # detectors of one family share their fit artifacts (default: the plugin's own name)
-    fit_config_keys = ()  # the config keys that change what ``fit`` learns
-    preload = PROBE_PRELOAD  # what the zygote its runs fork from has imported (runners.executor.Preload)
+    name: str = ""
+    version: str = "0"
+    description: str = ""
+    integration: str = ""  # DROP_IN or OPT_IN (INTEGRATIONS): each plugin's module says which
+    default_config: dict[str, Any] = {}
+    instruments: bool = True  # False when nothing is injected into the process (plain, or an outer command)
+    needs_fit: bool = False  # True: ``fit`` must produce an artifact from clean reference pipelines first
+    time_limit_factor: float = 1  # how much longer than the reproducer's own limit an instrumented run may take
+    fit_family: str = ""  # detectors of one family share their fit artifacts (default: the plugin's own name)
+    fit_config_keys: Sequence[str] = ()  # the config keys that change what ``fit`` learns
+    preload: Preload = PROBE_PRELOAD  # what the zygote its runs fork from has imported (runners.executor.Preload)
 
-    def config(self, overrides=None):
+    def config(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The plugin's ``default_config`` with ``overrides`` (a detector record's config) applied."""
         return {**self.default_config, **(overrides or {})}
 
-    def install(self, probe):
+    def install(self, probe: "Probe") -> None:
         raise NotImplementedError
 
-    def run_allowance(self, time_limit_seconds):
+    def run_allowance(self, time_limit_seconds: float) -> float:
         """The longest a run may legitimately stay 'running': its time limit under this detector, twice
         over when the detector may fit first. The reaper and the stall watchdog both go by it."""
         return time_limit_seconds * self.time_limit_factor * (2 if self.needs_fit else 1)
 
-    def tool_version(self):
+    def tool_version(self) -> str:
         """Version of the outside tool the detector drives, if any, as a string ("" when there is none).
 
         Part of a fit artifact's key (``runners.detector_versions.fitting.ensure_fit``): a new tool version fits
         anew."""
         return ""
 
-    def fit(self, programs, workdir, env, limits, config):
+    def fit(self, programs: Sequence[tuple[Path, str, list[str]]], workdir: Path, env: dict[str, str], limits: Limits,
+            config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Learn from clean reference programs; called by ``runners.detector_versions.fitting.ensure_fit`` when
         ``needs_fit``.
 
@@ -137,17 +141,17 @@ class DetectorPlugin:
         raise NotImplementedError(f"detector {self.name!r} sets needs_fit but does not implement "
                                   f"fit(programs, workdir, env, limits, config)")
 
-    def environment(self, config):
+    def environment(self, config: dict[str, Any]) -> dict[str, str]:
         """Extra environment variables for the run (an opt-in switch, never a secret)."""
         return {}
 
-    def command(self, argv, context):
+    def command(self, argv: list[str], context: "RunContext") -> list[str]:
         """The command that runs the reproducer, ``argv`` itself or another ``[python, script, *args]`` (such
         as TrainCheck's instrumented copy of the script); either starts warm. A RuntimeError fails the run
         with its message."""
         return argv
 
-    def analyze(self, context, report):
+    def analyze(self, context: "RunContext", report: Any) -> list[dict[str, Any]]:
         """Alarms found after the run (offline checking): a list of alarm dicts as in the report protocol."""
         return []
 
@@ -162,27 +166,28 @@ class Probe:
 
     max_alarms = 200
 
-    def __init__(self, detector_name, config, report_path, alarm_key=None):
+    def __init__(self, detector_name: str, config: dict[str, Any], report_path: str | None,
+                 alarm_key: str | None = None) -> None:
         self.detector_name = detector_name
         self.config = config
         self.report_path = report_path
         self._alarm_key = alarm_key
         self.step = 0
         self.alarms_sent = 0
-        self._step_counts = {}
-        self._before_step = []
-        self._after_step = []
+        self._step_counts: dict[int, int] = {}
+        self._before_step: list[Callable[[Any], object]] = []
+        self._after_step: list[Callable[[Any], object]] = []
         self._hooks_installed = False
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank()
         return int(os.environ.get("RANK", "0"))
 
-    def alarm(self, rule, message, evidence=None, step=None):
+    def alarm(self, rule: str, message: str, evidence: dict[str, Any] | None = None, step: int | None = None) -> None:
         """Report one alarm (capped per process so that a noisy detector cannot flood the report)."""
         if self.alarms_sent >= self.max_alarms:
             return
@@ -206,7 +211,8 @@ class Probe:
         else:
             print(line, end="", flush=True)
 
-    def on_optimizer_step(self, before=None, after=None):
+    def on_optimizer_step(self, before: Callable[[Any], object] | None = None,
+                          after: Callable[[Any], object] | None = None) -> None:
         """Call ``before(optimizer)`` / ``after(optimizer)`` around every optimizer step of the process."""
         if before:
             self._before_step.append(before)
@@ -219,11 +225,11 @@ class Probe:
             register_optimizer_step_post_hook(self._post_hook)
             self._hooks_installed = True
 
-    def _pre_hook(self, optimizer, args, kwargs):
+    def _pre_hook(self, optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         for callback in self._before_step:
             callback(optimizer)
 
-    def _post_hook(self, optimizer, args, kwargs):
+    def _post_hook(self, optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         for callback in self._after_step:
             callback(optimizer)
         count = self._step_counts.get(id(optimizer), 0) + 1
@@ -231,13 +237,14 @@ class Probe:
         self.step = max(self.step, count)
 
 
-def load_submitted_plugin(path):
+def load_submitted_plugin(path: str) -> DetectorPlugin:
     """An instance of the one DetectorPlugin subclass that the module at ``path`` (a submitted detector's stored
     source) defines. Called only inside a run's sandbox: the probe of an instrumented run, and the sandboxed
     process of its offline analysis or fit (runners.detector_versions.host). Its ``@register`` does not touch the
     built-in registry, so a submitted version may share a name with what is registered."""
     global _importing_submitted
     spec = importlib.util.spec_from_file_location(SUBMITTED_MODULE, path)
+    assert spec is not None and spec.loader is not None  # a file's path (a .py) always has a spec with a loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[SUBMITTED_MODULE] = module
     _importing_submitted = True
@@ -252,7 +259,7 @@ def load_submitted_plugin(path):
     return classes[0]()
 
 
-def start_probe(alarm_key=None):
+def start_probe(alarm_key: str | None = None) -> Probe | None:
     """Entry point of the sandbox's ``sitecustomize``: install the detector named in the environment.
 
     Its alarms are signed with ``alarm_key`` when the caller holds the run's key in memory (a warm-started
@@ -288,10 +295,10 @@ class RunContext:
 
     workdir: Path
     entrypoint: str
-    config: dict
-    env: dict
+    config: dict[str, Any]
+    env: dict[str, str]
     limits: Limits
     fit_artifact: str | None = None
-    summary: dict = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
     cwd: Path | None = None
     preload: Preload | None = None

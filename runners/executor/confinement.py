@@ -13,6 +13,7 @@ import functools
 import os
 import resource
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from .limits import Limits
@@ -130,7 +131,7 @@ def confine(home: str, memory_mb: int, file_size_mb: int, max_processes: int) ->
     _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
-def confine_unisolated(limits: Limits, writable: str, parent_pid: int):
+def confine_unisolated(limits: Limits, writable: str, parent_pid: int) -> Callable[[], None]:
     """The set-up of a program run without namespaces, between fork and exec (after Popen switched to the
     sandbox's user): rlimits, death with its starter, no CAP_SYS_PTRACE for a root program, Landlock."""
     def preexec() -> None:

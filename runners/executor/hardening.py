@@ -36,6 +36,6 @@ def hide_from_reproducers() -> None:
             ctypes.memset(start + offset + len(name) + 1, 0, len(value))
             wiped.append(os.fsdecode(name))
         offset += len(entry) + 1
-    for name in wiped:  # the C environment pointed into the block: give it the values back, elsewhere
-        if name in os.environ:
-            os.putenv(name, os.environ[name])
+    for variable in wiped:  # the C environment pointed into the block: give it the values back, elsewhere
+        if variable in os.environ:
+            os.putenv(variable, os.environ[variable])

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from fcntl import ioctl
 from pathlib import Path
-from typing import NoReturn
+from typing import BinaryIO, NoReturn, TypedDict
 
 from .confinement import INSIDE_GID, INSIDE_UID, IsolationError, check, confine
 
@@ -71,16 +71,16 @@ class SandboxSpec:
     workdir: str  # the run directory: copied in before the run (at the same path) and back out after it
     cwd: str  # where the program starts: the run directory or a folder in it
     root_mountpoint: str  # an empty host directory the new root is built on
-    argv: list  # a cold start: execve(argv[0], argv, env); a warm one: [python, script, *args]
-    env: dict
+    argv: list[str]  # a cold start: execve(argv[0], argv, env); a warm one: [python, script, *args]
+    env: dict[str, str]
     warm: bool = False
     memory_mb: int = 4096  # per process (RLIMIT_AS); the worker watches the total
     file_size_mb: int = 256
     max_processes: int = 512  # processes and threads, counted in the run's own user namespace
     disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together
     copy_out_mb: int = 1024
-    read_only: list = field(default_factory=list)  # host paths shown read-only at their own paths
-    devices: list = field(default_factory=list)  # host device nodes (leased GPUs)
+    read_only: list[str] = field(default_factory=list)  # host paths shown read-only at their own paths
+    devices: list[str] = field(default_factory=list)  # host device nodes (leased GPUs)
     report_fifo: str = ""  # a host FIFO, shown at ``report_path`` (a path in the run directory)
     report_path: str = ""
     alarm_key: str = ""  # a warm start hands it to the probe in memory, never in the environment
@@ -90,16 +90,23 @@ class SandboxSpec:
     host_gid: int | None = None
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str | bytes) -> "SandboxSpec":
         return cls(**json.loads(text))
 
-    def to_json(self):
+    def to_json(self) -> str:
         return json.dumps(asdict(self))
 
 
 # --- Which layers this kernel offers -------------------------------------------------------------
 
-def probe_layers():
+class Layers(TypedDict):
+    """What ``probe_layers`` found: the namespaces a child can enter here, or why none."""
+
+    namespaces: list[str]
+    error: str
+
+
+def probe_layers() -> Layers:
     """The isolation layers a child of this process can set up here: {"namespaces": [...], "error": str}.
 
     Forks a child that tries the unshare and the user mapping (a container's seccomp profile or a
@@ -122,7 +129,7 @@ def probe_layers():
     return json.loads(data or b'{"namespaces": [], "error": "the probe died"}')
 
 
-def _pid_namespace_for_children():
+def _pid_namespace_for_children() -> str | None:
     """The PID namespace of the run (as /proc/<pid>/ns/pid names it), or None when its init has already
     ended: the kernel then no longer names it, and no process of the run is left to count."""
     try:
@@ -131,7 +138,7 @@ def _pid_namespace_for_children():
         return None
 
 
-def _unshare_and_map(host_uid=None, host_gid=None):
+def _unshare_and_map(host_uid: int | None = None, host_gid: int | None = None) -> None:
     """Enter new namespaces. The program's user inside (INSIDE_UID) is this process's own user, or, when
     this process is root and ``host_uid`` is given, that host user: then a helper still outside writes
     the map (as newuidmap does), which also maps root to itself, so that the set-up steps, which stay
@@ -204,7 +211,8 @@ def launch(spec: SandboxSpec, report: Callable[..., None], run_warm: Callable[[S
     os._exit(0)
 
 
-def _init(spec, workdir_fd, status_write, run_warm):
+def _init(spec: SandboxSpec, workdir_fd: int, status_write: int,
+          run_warm: Callable[[SandboxSpec], NoReturn]) -> NoReturn:
     """PID 1 of the run. Never returns."""
     code = 127
     try:
@@ -238,7 +246,7 @@ def _init(spec, workdir_fd, status_write, run_warm):
     os._exit(0)  # the kernel now kills every process left in the namespace
 
 
-def _program(spec, run_warm):
+def _program(spec: SandboxSpec, run_warm: Callable[[SandboxSpec], NoReturn]) -> NoReturn:
     """The sealed program: confined (runners.executor.confinement), then exec (cold) or the script as __main__
     (warm)."""
     try:
@@ -260,13 +268,13 @@ def _program(spec, run_warm):
 
 # --- The mount view -------------------------------------------------------------------------------
 
-def _mount(source, target, fstype, flags, data=None):
+def _mount(source: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None) -> None:
     result = _libc.mount(source and os.fsencode(source), os.fsencode(target), fstype and fstype.encode(),
                          ctypes.c_ulong(flags), data and data.encode())
     check(result, f"mount {source or fstype} on {target}")
 
 
-def _read_only(target, devices=False):
+def _read_only(target: str | Path, devices: bool = False) -> None:
     """Make the mount at ``target`` and every mount below it read-only and nosuid (and nodev, unless it holds
     ``devices``)."""
     class MountAttr(ctypes.Structure):
@@ -282,7 +290,7 @@ def _read_only(target, devices=False):
     _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (0 if devices else MS_NODEV) | locked)
 
 
-def _bind(source, target, read_only=True):
+def _bind(source: str | Path, target: Path, read_only: bool = True) -> None:
     source = Path(source)
     if source.is_dir():
         target.mkdir(parents=True, exist_ok=True)
@@ -294,7 +302,7 @@ def _bind(source, target, read_only=True):
         _read_only(str(target))
 
 
-def _build_root(spec, workdir_fd):
+def _build_root(spec: SandboxSpec, workdir_fd: int) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     root = Path(spec.root_mountpoint)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
@@ -341,7 +349,7 @@ def _build_root(spec, workdir_fd):
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _etc(root):
+def _etc(root: Path) -> None:
     etc = root / "etc"
     etc.mkdir()
     for name in ETC_FILES:
@@ -357,7 +365,7 @@ def _etc(root):
     (etc / "hostname").write_text(f"{HOSTNAME}\n")
 
 
-def _dev(root, devices, shm):
+def _dev(root: Path, devices: list[str], shm: Path) -> None:
     dev = root / "dev"
     dev.mkdir()
     _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
@@ -373,7 +381,7 @@ def _dev(root, devices, shm):
     _bind(shm, dev / "shm", read_only=False)
 
 
-def _loopback_up():
+def _loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", ioctl(sock, _SIOCGIFFLAGS, request))[1]
@@ -382,7 +390,7 @@ def _loopback_up():
 
 # --- Copying the run directory in and out ---------------------------------------------------------
 
-def _copy_tree_in(source_fd, target):
+def _copy_tree_in(source_fd: int, target: Path) -> None:
     """Regular files and directories under ``source_fd`` (the host run directory) into ``target``."""
     for entry in os.scandir(source_fd):
         if entry.is_symlink():
@@ -400,14 +408,14 @@ def _copy_tree_in(source_fd, target):
                 os.fchmod(writer.fileno(), os.fstat(reader.fileno()).st_mode & 0o755)
 
 
-def _copy_tree_out(source, target_fd, budget):
+def _copy_tree_out(source: Path, target_fd: int, budget: int) -> str:
     """After the run (every process of it is gone): regular files and directories of ``source`` back
     into the host run directory, at most ``budget`` bytes; links, FIFOs and the like are left behind, and
     so is whatever cannot be copied (a name the host has as a folder, a tree too deep). Returns a note
     when something was left out."""
-    skipped = []
+    skipped: list[str] = []
 
-    def copy(directory, directory_fd, depth):
+    def copy(directory: str | Path, directory_fd: int, depth: int) -> None:
         nonlocal budget
         for entry in os.scandir(directory):
             try:
@@ -453,7 +461,7 @@ def _copy_tree_out(source, target_fd, budget):
         if skipped else ""
 
 
-def _open_regular(path, dir_fd=None):
+def _open_regular(path: str, dir_fd: int | None = None) -> BinaryIO:
     """``path`` opened for reading if it is a regular file: never a link, and never blocking on a FIFO."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -462,6 +470,6 @@ def _open_regular(path, dir_fd=None):
     return os.fdopen(fd, "rb")
 
 
-def _copy(reader, writer):
+def _copy(reader: BinaryIO, writer: BinaryIO) -> None:
     while chunk := reader.read(1 << 20):
         writer.write(chunk)

@@ -1,8 +1,8 @@
 """A sealed program's standard output and error: read as they are written, kept within a cap, counted whole."""
+import io
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO
 
 from .limits import Limits
 
@@ -43,13 +43,13 @@ class CapturedStream:
         return text.replace("\x00", "\ufffd")
 
 
-def capture(stdout: BinaryIO, stderr: BinaryIO, limits: Limits, kill: Callable[[], None]
+def capture(stdout: io.BufferedReader, stderr: io.BufferedReader, limits: Limits, kill: Callable[[], None]
             ) -> tuple[dict[str, CapturedStream], threading.Event, list[threading.Thread]]:
     """Read both streams in threads, within the log cap; ``kill()`` once past the flood limit."""
     streams = {"stdout": CapturedStream(limits.log_cap_bytes), "stderr": CapturedStream(limits.log_cap_bytes)}
     flooded = threading.Event()
 
-    def pump(pipe, stream):
+    def pump(pipe: io.BufferedReader, stream: CapturedStream) -> None:
         for chunk in iter(lambda: pipe.read1(65536), b""):
             stream.feed(chunk)
             if streams["stdout"].total + streams["stderr"].total > limits.flood_bytes and not flooded.is_set():

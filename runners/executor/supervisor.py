@@ -25,9 +25,9 @@ from pathlib import Path
 
 from .confinement import landlock_abi
 from .confinement import layers as confinement_layers
-from .isolation import SandboxSpec, probe_layers
+from .isolation import Layers, SandboxSpec, probe_layers
 from .limits import Limits
-from .output import capture
+from .output import CapturedStream, capture
 from .result import SandboxResult
 from .unisolated import run_unisolated, sandbox_account
 from .zygote import TORCH_PRELOAD, Preload, ZygoteClient
@@ -69,7 +69,7 @@ def run_sandboxed(argv: list[str], workdir: str | Path, env: dict[str, str], lim
 
 
 @functools.cache
-def isolation_layers() -> dict:
+def isolation_layers() -> Layers:
     """{"namespaces": [...], "error": why none} for this process's children; probed once."""
     return probe_layers()
 
@@ -102,14 +102,14 @@ class _ReportReader:
     data: bytearray = field(default_factory=bytearray)
     total: int = 0
 
-    def start(self):
+    def start(self) -> None:
         self._read_fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self._write_fd = os.open(self.path, os.O_WRONLY)
         os.set_blocking(self._read_fd, True)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
-    def _read(self):
+    def _read(self) -> None:
         pending = b""
         while chunk := os.read(self._read_fd, 65536):
             self.total += len(chunk)
@@ -123,15 +123,15 @@ class _ReportReader:
                     self.oracle_at = time.monotonic()
         os.close(self._read_fd)
 
-    def close(self):
+    def close(self) -> None:
         os.close(self._write_fd)
         self._thread.join(timeout=10)
 
-    def text(self):
+    def text(self) -> str:
         return self.data.decode("utf-8", "replace")
 
 
-def _is_oracle(line):
+def _is_oracle(line: bytes) -> bool:
     try:
         record = json.loads(line)
     except ValueError:
@@ -144,7 +144,9 @@ REPORT_FLOOD_FACTOR = 4  # a report this many times its cap is a flood: the run 
 KILLED_RUN_GRACE_SECONDS = 60  # how long a killed run may take to report its end (its copy-out included)
 
 
-def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key, probe, devices, layers, python):
+def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limits, warm: bool, preload: Preload,
+                  report_path: str | Path | None, alarm_key: str, probe: str, devices: Sequence[str], layers: Layers,
+                  python: str | Path | None) -> SandboxResult:
     """A sealed run of ``argv`` in ``cwd``; its directory (what it may write, copied in and out) is its home,
     ``env["HOME"]``, which holds ``cwd`` (TrainCheck's fit runs each reference program in a folder of it)."""
     workdir = Path(env.get("HOME") or cwd)
@@ -164,6 +166,8 @@ def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key,
     report = None
     stdout_read = stdout_write = stderr_read = stderr_write = None
     mine = theirs = run = None
+    streams: dict[str, CapturedStream]
+    readers: list[threading.Thread]
     streams, readers = {}, []
     timed_out = memory_exceeded = ended_after_oracle = forked_too_much = report_flood = False
     try:
@@ -216,15 +220,16 @@ def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key,
             run.kill()
         raise
     finally:
-        for fd in (stdout_read, stderr_read):
-            if fd is not None:
-                os.close(fd)
+        for read_fd in (stdout_read, stderr_read):
+            if read_fd is not None:
+                os.close(read_fd)
         if run is not None:
             run.close()
         elif mine is not None:
             mine.close()
         if report:
             report.close()
+            assert fifo is not None  # made before the report's reader
             shutil.rmtree(fifo.parent, ignore_errors=True)
         for reader in readers:
             reader.join(timeout=5)
@@ -254,7 +259,7 @@ def _run_isolated(cwd, argv, env, limits, warm, preload, report_path, alarm_key,
     )
 
 
-def _remove_mountpoint(path):
+def _remove_mountpoint(path: Path) -> None:
     try:
         path.rmdir()
     except OSError:
@@ -264,18 +269,18 @@ def _remove_mountpoint(path):
 class _SealedRun:
     """The worker's side of one sealed run: the launcher's messages on ``conn``, the init's pidfd."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
-        self.pidfd = None
-        self.pid_namespace = None
-        self.exit_code = None
+        self.pidfd: int | None = None
+        self.pid_namespace: str | None = None
+        self.exit_code: int | None = None
         self.note = ""
         self.over = False
         self.program_ended = False  # its launcher is copying its directory out
-        self.ended_at = None
+        self.ended_at: float | None = None
         self.lock = threading.Lock()  # a kill from a stream reader's thread never meets a closed pidfd
 
-    def ended(self, timeout):
+    def ended(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds (None: for good) for the launcher's news; True once the run is over."""
         while not self.over:
             ready, _, _ = select.select([self.conn], [], [], timeout)
@@ -300,17 +305,17 @@ class _SealedRun:
         self._close_pidfd()
         return True
 
-    def _close_pidfd(self):
+    def _close_pidfd(self) -> None:
         with self.lock:
             if self.pidfd is not None:
                 os.close(self.pidfd)
                 self.pidfd = None
 
-    def close(self):
+    def close(self) -> None:
         self._close_pidfd()
         self.conn.close()
 
-    def kill(self):
+    def kill(self) -> None:
         with self.lock:
             if self.pidfd is not None:
                 try:
@@ -318,7 +323,7 @@ class _SealedRun:
                 except OSError:
                     pass
 
-    def memory_mb(self):
+    def memory_mb(self) -> float:
         """The run's processes' proportional share of memory (PSS) together, in MB."""
         total = 0
         for pid in namespace_members(self.pid_namespace):
@@ -363,7 +368,7 @@ def interpreter_paths(python: str | Path | None = None) -> list[str]:
     return sorted(paths)
 
 
-def _venv_home(prefix):
+def _venv_home(prefix: str | Path) -> str:
     """The ``home`` of a virtual environment's ``pyvenv.cfg``: the bin folder of the interpreter it was made from."""
     try:
         lines = Path(prefix, "pyvenv.cfg").read_text(encoding="utf-8").splitlines()

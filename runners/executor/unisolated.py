@@ -10,6 +10,7 @@ may not signal processes outside its sandbox, such as the worker. Landlock does 
 ``/proc/<worker>/environ`` when it runs as the worker's user: for that the worker hides itself
 (runners.executor.hardening), and a root worker's reproducers lose ``CAP_SYS_PTRACE``.
 """
+import io
 import logging
 import os
 import pwd
@@ -19,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 from .confinement import confine_unisolated
 from .hardening import hide_from_reproducers
@@ -46,7 +48,7 @@ def sandbox_account(limits: Limits, paths: Iterable[str | Path] = ()) -> pwd.str
     return account
 
 
-def _interpreters(program, env):
+def _interpreters(program: str, env: dict[str, str]) -> list[str]:
     """The program's file and, for a script, the interpreter on its ``#!`` line."""
     path = shutil.which(program, path=env.get("PATH")) or program
     try:
@@ -58,7 +60,7 @@ def _interpreters(program, env):
     return [path, words[0].decode(errors="replace")] if words else [path]
 
 
-def _reachable_by(account, path):
+def _reachable_by(account: pwd.struct_passwd, path: Path) -> bool:
     for parent in path.resolve().parents:
         info = parent.stat()
         search = 0o100 if info.st_uid == account.pw_uid else 0o010 if info.st_gid == account.pw_gid else 0o001
@@ -67,7 +69,7 @@ def _reachable_by(account, path):
     return True
 
 
-def _give_to(account, root):
+def _give_to(account: pwd.struct_passwd, root: Path) -> None:
     """Hand the run directory to the sandbox's user (a root worker wrote it)."""
     for directory, subdirectories, files in os.walk(root):
         os.chown(directory, account.pw_uid, account.pw_gid)
@@ -75,7 +77,7 @@ def _give_to(account, root):
             os.chown(os.path.join(directory, name), account.pw_uid, account.pw_gid, follow_symlinks=False)
 
 
-def group_size(pgid):
+def group_size(pgid: int) -> int:
     """How many processes are in process group ``pgid`` now (from /proc)."""
     count = 0
     for entry in os.scandir("/proc"):
@@ -89,7 +91,7 @@ def group_size(pgid):
     return count
 
 
-def _kill_group(process):
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -121,7 +123,9 @@ def run_unisolated(argv: list[str], workdir: str | Path, env: dict[str, str], li
         extra_groups=[] if account else None,
         preexec_fn=confine_unisolated(limits, str(writable), os.getpid()),
     )
-    streams, flooded, readers = capture(process.stdout, process.stderr, limits, lambda: _kill_group(process))
+    # Popen made them buffered readers (the default bufsize); its stubs say only IO[bytes] | None.
+    stdout, stderr = cast(io.BufferedReader, process.stdout), cast(io.BufferedReader, process.stderr)
+    streams, flooded, readers = capture(stdout, stderr, limits, lambda: _kill_group(process))
     deadline = started + limits.time_limit_seconds
     timed_out = forked_too_much = False
     try:

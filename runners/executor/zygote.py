@@ -34,11 +34,11 @@ import tempfile
 import threading
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import Any, ClassVar, NoReturn, Protocol
 
 from .isolation import SandboxSpec, launch
 
@@ -93,7 +93,7 @@ class ZygoteClient:
     """The worker's end of its zygote for one preload: started on first use, one per process and preload (a
     forked pool child starts its own), gone with the process."""
 
-    _shared = {}
+    _shared: ClassVar[dict[tuple[Preload, str | None], "ZygoteClient"]] = {}
     _lock = threading.Lock()
 
     @classmethod
@@ -111,7 +111,7 @@ class ZygoteClient:
             return client
 
     @classmethod
-    def _close_oldest(cls, keys, keep, adding):
+    def _close_oldest(cls, keys: list[tuple[Preload, str | None]], keep: int, adding: bool | str | None) -> None:
         """Close the oldest of ``keys`` (in the order they started) so that at most ``keep`` stay with the new one."""
         if adding:
             for key in keys[:max(0, len(keys) - keep + 1)]:
@@ -149,10 +149,10 @@ class ZygoteClient:
             self.log.seek(0)
             raise ZygoteError(f"the zygote did not start: {self.log.read()[-2000:].decode(errors='replace')}")
 
-    def alive(self):
+    def alive(self) -> bool:
         return self.owner == os.getpid() and self.process.poll() is None
 
-    def close(self):
+    def close(self) -> None:
         """Stop the zygote (the runs it forked go on); it exits as its control socket closes."""
         self.control.close()
         try:
@@ -162,7 +162,7 @@ class ZygoteClient:
         if self.argument_file is not None:
             self.argument_file.close()
 
-    def launch(self, spec, fds):
+    def launch(self, spec: SandboxSpec, fds: list[int]) -> None:
         """Have the zygote fork a launcher for ``spec`` with ``fds`` (the run's socket, stdout, stderr)."""
         try:
             socket.send_fds(self.control, [spec.to_json().encode()], fds)
@@ -202,7 +202,8 @@ def add_run_start_hook(hook: Callable[[], None]) -> None:
     _run_start_hooks.append(hook)
 
 
-def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", rank_hooks=None):
+def _spawn_by_fork(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, join: bool = True,
+                   daemon: bool = False, start_method: str = "spawn", rank_hooks: RankHooks | None = None) -> Any:
     """``torch.multiprocessing.spawn`` in a warm run: the ranks fork from this already warm process."""
     from torch.multiprocessing import start_processes
 
@@ -214,10 +215,11 @@ def _spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method=
         _forking_ranks = None
 
 
-_forking_ranks = None  # the rank hooks of the spawn under way: a process forked meanwhile is one of its ranks
+# the rank hooks of the spawn under way: a process forked meanwhile is one of its ranks
+_forking_ranks: RankHooks | None = None
 
 
-def _start_forked_rank():
+def _start_forked_rank() -> None:
     """In a process just forked: if it is a rank, its hooks' ``start()`` runs before any Python code of the
     rank's (multiprocessing's bootstrap, torch's wrapper), which a tracer may record. Its own forks are not
     ranks."""
@@ -237,16 +239,17 @@ def spawn_by_fork_with(rank_hooks: RankHooks) -> None:
     os.register_at_fork(after_in_child=_start_forked_rank)
 
     @functools.wraps(spawn)
-    def spawn_by_fork(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    def spawn_by_fork(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, join: bool = True,
+                      daemon: bool = False, start_method: str = "spawn") -> Any:
         return _spawn_by_fork(fn, args, nprocs, join, daemon, start_method, rank_hooks)
 
     torch.multiprocessing.spawn = spawn_by_fork
 
 
-def _forked_rank(fn, rank_hooks=None):
+def _forked_rank(fn: Callable[..., Any], rank_hooks: RankHooks | None = None) -> Callable[..., Any]:
     """``fn``, then what a spawned rank's interpreter does as it exits: a forked rank ends in ``os._exit``,
     which would lose what the program's open files still buffer."""
-    def rank(*args):
+    def rank(*args: Any) -> Any:
         try:
             return fn(*args)
         finally:
@@ -257,7 +260,7 @@ def _forked_rank(fn, rank_hooks=None):
     return rank
 
 
-def _finalize_main():
+def _finalize_main() -> None:
     """Drop the script's globals and collect: the files it left open are flushed and closed, as at exit."""
     main = sys.modules.get("__main__")
     if main is not None:
@@ -274,7 +277,7 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     sys.argv = [script, *arguments]
     sys.path[0] = os.path.dirname(path)
     main = types.ModuleType("__main__")
-    main.__file__, main.__builtins__ = path, builtins
+    main.__file__, main.__builtins__ = path, builtins  # type: ignore[attr-defined]  # set as for a real __main__
     sys.modules["__main__"] = main
     code = 0
     for hook in _run_start_hooks:
@@ -291,7 +294,8 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     except BaseException:  # noqa: BLE001 - as the interpreter does: the traceback on stderr, exit code 1
         traceback.print_exc()
         code = 1
-    threading._shutdown()  # what the interpreter does at exit: wait for threads, then atexit, then finalize
+    # What the interpreter does at exit: wait for threads, then atexit, then finalize.
+    threading._shutdown()  # type: ignore[attr-defined]  # CPython's private, not in the stubs
     atexit._run_exitfuncs()
     _finalize_main()
     for stream in (sys.stdout, sys.stderr):
@@ -302,7 +306,7 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     os._exit(code)
 
 
-def _exit_code(code):
+def _exit_code(code: str | int | None) -> int:
     if code is None:
         return 0
     if isinstance(code, int):
@@ -311,7 +315,7 @@ def _exit_code(code):
     return 1
 
 
-def serve(control):
+def serve(control: socket.socket) -> NoReturn:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers report on their own sockets; nobody waits
     control.sendall(READY)
     while True:
@@ -330,7 +334,7 @@ def serve(control):
             os.close(fd)
 
 
-def _launch_child(spec, conn_fd, stdout_fd, stderr_fd):
+def _launch_child(spec: SandboxSpec, conn_fd: int, stdout_fd: int, stderr_fd: int) -> NoReturn:
     null = os.open(os.devnull, os.O_RDONLY)
     for source, target in ((null, 0), (stdout_fd, 1), (stderr_fd, 2)):
         os.dup2(source, target)
@@ -339,7 +343,7 @@ def _launch_child(spec, conn_fd, stdout_fd, stderr_fd):
     conn = socket.socket(fileno=conn_fd)
     conn.set_inheritable(False)
 
-    def report(message, fds=()):
+    def report(message: dict[str, Any], fds: Iterable[int] = ()) -> None:
         socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
 
     launch(spec, report, run_warm)
