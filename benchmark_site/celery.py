@@ -59,9 +59,17 @@ def start_zygote(**kwargs):
 
 
 @worker_ready.connect
-def register_and_reconcile(sender, **kwargs):
-    """The worker records itself and what its host offers, repairs what its previous life left, and beats."""
-    from runners.worker.startup import reconcile_and_beat, register_worker
+def register_worker(sender, **kwargs):
+    """The worker records itself and what its host offers. Connected before the next handler, which Celery calls
+    even if this one raises (the database away at start)."""
+    from runners.worker.startup import register_worker
 
     register_worker(sender)
+
+
+@worker_ready.connect
+def reconcile_and_beat(sender, **kwargs):
+    """The worker repairs what its previous life left running, and keeps its heartbeat."""
+    from runners.worker.startup import reconcile_and_beat
+
     reconcile_and_beat(sender)

@@ -26,12 +26,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+from .executor import COMPILER_ENV  # set in the zygotes too, which import Inductor's config, where it is read
+
 RUN_CACHE_NAME = ".compile-cache"  # in the run directory
-# Set in every run's environment and in the zygotes' (which import Inductor's config, where it is read). With
-# precompiled headers on, Inductor preprocesses its C++ prelude and builds a 149 MB header under the default
-# ``/tmp`` folder in every process that loads a C++ kernel, even one it finds in the cache: 4 to 5 s of a run of
-# PT-197888. The kernels are the same code either way; only how g++ is fed differs.
-COMPILER_ENV = {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
 INCOMING_PREFIX = ".incoming-"  # a file being added to a version's cache
 
 

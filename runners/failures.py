@@ -135,7 +135,7 @@ def internal_error(error: BaseException | str) -> str:
 
 
 def storing_failed(error: BaseException) -> str:
-    """The run finished but the database refused its result (runners.actions.do_finish_run)."""
+    """The run finished but the database refused its result (runners.actions.runs.do_finish_run)."""
     detail = (str(error).strip().splitlines() or [""])[0][:500]
     return f"Storing the result failed: {type(error).__name__}: {detail}"
 
@@ -155,7 +155,7 @@ def timer_interrupted() -> str:
 
 
 def lost_again(max_attempts: int) -> str:
-    """A broker run whose executor went away on its last allowed attempt (runners.actions.MAX_ATTEMPTS)."""
+    """A broker run whose executor went away on its last allowed attempt (runners.actions.runs.MAX_ATTEMPTS)."""
     return (f"Lost again: its worker stopped while running it (the worker died, or the run took it down); "
             f"a run lost after {max_attempts} attempts is not retried again.")
 

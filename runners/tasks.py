@@ -54,16 +54,18 @@ def _claim_and_execute(run_id, devices, refusal=None):
 
 def _execute_claimed(run, devices):
     """Fit if the detector needs it, execute, store the outcome. A refusal (a RunRefused: not approved, its fit
-    failed, ...) fails the run with its own kind and sentence; any other error is an internal one."""
+    failed, ...) fails the run with its own kind and sentence. Any other error of the fit (the database away) leaves
+    the run running, for the reaper to queue again; any other error of the execution fails it as internal."""
     try:
         if not run.reproducer_version.is_approved:  # checked again here: no path runs unapproved code
             raise Unapproved(run.reproducer_version)
         if plugin_for(run.detector).needs_fit:
             do_attach_fit(run, ensure_fit(run.detector, run.reproducer_version))
-        outcome = execute(run, devices)
     except RunRefused as refusal:
         do_fail_run_without_executing(run, refusal.reason, refusal.kind)
         return
+    try:
+        outcome = execute(run, devices)  # a refusal inside it is its outcome (runners.execution.refused)
     except Exception as error:  # the worker lives on; the run says why it failed
         logger.exception("run %s could not be executed", run.pk)
         do_fail_run_without_executing(run, internal_error(error), kind_of(internal_error))

@@ -166,7 +166,7 @@ def do_start_verification(versions: Sequence[ReproducerVersion], seeds: int = 3,
     a version starts it (runners.receivers), so approving does not also need the right to trigger runs. Its name
     counts the reproducers without naming them: a bug may be held out later, and its parameters list them, as each
     reader may see them (runners.selectors.shown_parameters)."""
-    plan = CampaignPlan.build(versions, [do_record_detector("plain", acting_user=acting_user)],
+    plan = CampaignPlan.build(versions, [do_record_detector("plain")],
                               [Variant.BUGGY, Variant.FIXED], range(seeds), steps)
     return do_create_campaign(f"verification k={seeds}: {len(versions)} reproducer{pluralize(len(versions))}", plan,
                               CampaignPurpose.VERIFICATION, acting_user=acting_user)
@@ -174,9 +174,8 @@ def do_start_verification(versions: Sequence[ReproducerVersion], seeds: int = 3,
 
 def enqueue_runs(run_ids: Iterable[int]) -> None:
     """Send each run's ID to its queue, for the task named ``EXECUTE_RUN``."""
-    execute_run = current_app.tasks[EXECUTE_RUN]
     for run_id, queue in Run.objects.filter(pk__in=run_ids).values_list("id", "queue"):
-        execute_run.apply_async(args=[run_id], queue=queue)
+        current_app.send_task(EXECUTE_RUN, args=[run_id], queue=queue)
 
 
 def do_record_stability(campaign: Campaign, *, acting_user: User | None = None) -> list[StabilityCheck]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from core.untrusted import storage_problem
 
-from ..detectors.base import ALARM_KEY_ENV, DETECTOR_MODULE_FILE, DetectorPlugin
+from ..detectors.base import ALARM_KEY_ENV, DETECTOR_MODULE_FILE, PROBE_PRELOAD, DetectorPlugin
 from ..executor import run_sandboxed
 from ..failures import program_failure
 from ..report import json_safe
@@ -105,7 +105,7 @@ class SubmittedPlugin(DetectorPlugin):
                        "limits": dataclasses.asdict(limits), "env": hook_env}
             (folder / "request.json").write_text(json.dumps(request, default=str), encoding="utf-8")
             result = run_sandboxed([sys.executable, "-I", str(HOST_SCRIPT), str(folder / "request.json")],
-                                   Path(workdir), hook_env, limits, warm=False)
+                                   Path(workdir), hook_env, limits, warm=False, preload=PROBE_PRELOAD)
             failure = program_failure(result, limits)
             if failure is not None:
                 where = "" if result.refused else f"{hook}() in its sandbox: "
