@@ -433,6 +433,13 @@ SILENTBENCH_LOG_CAP_BYTES = env_int("SILENTBENCH_LOG_CAP_BYTES", 64 * 1024, mini
 SILENTBENCH_OUTPUT_FLOOD_BYTES = env_int("SILENTBENCH_OUTPUT_FLOOD_BYTES", 32 * 1024 * 1024, minimum=1)
 SILENTBENCH_REPORT_CAP_BYTES = env_int("SILENTBENCH_REPORT_CAP_BYTES", 16 * 1024 * 1024, minimum=1)
 SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
+# Open files per process of a run (RLIMIT_NOFILE): what a run gets, and the most a reproducer may declare
+# (needs.open_files); never above the worker's own hard limit.
+SILENTBENCH_OPEN_FILES = env_int("SILENTBENCH_OPEN_FILES", 4096, minimum=64)
+SILENTBENCH_MAX_OPEN_FILES = env_int("SILENTBENCH_MAX_OPEN_FILES", 65536, minimum=64)
+require(SILENTBENCH_OPEN_FILES <= SILENTBENCH_MAX_OPEN_FILES,
+        f"SILENTBENCH_OPEN_FILES ({SILENTBENCH_OPEN_FILES}) must be at most SILENTBENCH_MAX_OPEN_FILES "
+        f"({SILENTBENCH_MAX_OPEN_FILES}).")
 # A run's run directory, /tmp and /dev/shm together (one tmpfs: runners/executor/isolation.py), in MB.
 SILENTBENCH_MAX_DISK_MB = env_int("SILENTBENCH_MAX_DISK_MB", 1024, minimum=1)
 # Where the kernel or container offers no user namespaces, run untrusted code anyway (docs/security.md).

@@ -122,6 +122,14 @@ def cold_start_reason(plugin, argv, command, declared, devices=()):
     return ""
 
 
+def open_files(version):
+    """The open files a run of ``version`` may hold: SILENTBENCH_OPEN_FILES, or more where its manifest declares more
+    (``needs.open_files``), up to SILENTBENCH_MAX_OPEN_FILES."""
+    declared = (version.manifest.get("needs") or {}).get("open_files")
+    wanted = declared if isinstance(declared, int) and not isinstance(declared, bool) else 0
+    return min(max(settings.SILENTBENCH_OPEN_FILES, wanted), settings.SILENTBENCH_MAX_OPEN_FILES)
+
+
 def run_limits(version):
     return Limits(
         time_limit_seconds=min(version.time_limit_seconds, settings.SILENTBENCH_MAX_TIME_LIMIT),
@@ -129,6 +137,7 @@ def run_limits(version):
         log_cap_bytes=settings.SILENTBENCH_LOG_CAP_BYTES,
         flood_bytes=settings.SILENTBENCH_OUTPUT_FLOOD_BYTES,
         max_processes=settings.SILENTBENCH_MAX_PROCESSES,
+        open_files=open_files(version),
         user=settings.SILENTBENCH_SANDBOX_USER,
         disk_mb=settings.SILENTBENCH_MAX_DISK_MB,
         allow_unisolated=settings.SILENTBENCH_ALLOW_UNISOLATED,

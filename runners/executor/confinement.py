@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from . import seccomp
 from .limits import Limits
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -71,7 +72,8 @@ def landlock_abi() -> int:
 
 def layers() -> list[str]:
     """The layers ``confine`` applies to a sealed program on this kernel, in order."""
-    return ["no capabilities", "no_new_privs"] + (["landlock"] if landlock_abi() else []) + ["rlimits"]
+    return (["no capabilities", "no_new_privs"] + (["landlock"] if landlock_abi() else [])
+            + ["rlimits", "session keyring"] + (["seccomp"] if seccomp.available() else []))
 
 
 def landlock_writes_only_under(paths: list[str]) -> None:
@@ -102,21 +104,26 @@ def landlock_writes_only_under(paths: list[str]) -> None:
         os.close(ruleset)
 
 
-def set_rlimits(memory_mb: int, file_size_mb: int, max_processes: int) -> None:
+def set_rlimits(memory_mb: int, file_size_mb: int, max_processes: int, open_files: int) -> None:
     """This process's limits, inherited by what it starts: address space, file size, no core dumps, processes
-    and threads (counted per user; in a sealed run, per user of the run's own user namespace)."""
+    and threads (counted per user; in a sealed run, per user of the run's own user namespace), open files (never
+    above the worker's own hard limit)."""
     memory, file_size = memory_mb * 1024 * 1024, file_size_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    files = open_files if hard == resource.RLIM_INFINITY else min(open_files, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
-def confine(home: str, memory_mb: int, file_size_mb: int, max_processes: int) -> None:
+def confine(home: str, memory_mb: int, file_size_mb: int, max_processes: int, open_files: int) -> None:
     """In a sealed run's program, as root of its user namespace: rlimits, then no capability left in any set and
-    none to regain (bounding set, ambient), the program's own user, no_new_privs, and Landlock (writes beneath
-    ``home``, ``/tmp`` and ``/dev`` only)."""
-    set_rlimits(memory_mb, file_size_mb, max_processes)
+    none to regain (bounding set, ambient), the program's own user, no_new_privs, Landlock (writes beneath
+    ``home``, ``/tmp`` and ``/dev`` only), a session keyring of its own and, last, the system-call filter
+    (runners.executor.seccomp)."""
+    set_rlimits(memory_mb, file_size_mb, max_processes, open_files)
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
         check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
@@ -129,13 +136,17 @@ def confine(home: str, memory_mb: int, file_size_mb: int, max_processes: int) ->
     check(_libc.capset(ctypes.byref(header), data), "capset")
     # Readable by its worker (process count, memory), as an exec would make it; its init stays closed.
     _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    seccomp.join_session_keyring()
+    if seccomp.available():
+        seccomp.install()
 
 
 def confine_unisolated(limits: Limits, writable: str, parent_pid: int) -> Callable[[], None]:
     """The set-up of a program run without namespaces, between fork and exec (after Popen switched to the
-    sandbox's user): rlimits, death with its starter, no CAP_SYS_PTRACE for a root program, Landlock."""
+    sandbox's user): rlimits, death with its starter, no CAP_SYS_PTRACE for a root program, Landlock, a session
+    keyring of its own and the system-call filter."""
     def preexec() -> None:
-        set_rlimits(limits.address_space_mb, limits.file_size_mb, limits.max_processes)
+        set_rlimits(limits.address_space_mb, limits.file_size_mb, limits.max_processes, limits.open_files)
         # Die with the thread that started us (a worker killed -9). Set after the change of user, which
         # clears it; and if that parent is already gone, die now.
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -144,5 +155,8 @@ def confine_unisolated(limits: Limits, writable: str, parent_pid: int) -> Callab
         if os.geteuid() == 0:  # a root reproducer keeps no CAP_SYS_PTRACE across exec: the worker stays hidden
             _libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
         landlock_writes_only_under([writable, "/dev"])
+        seccomp.join_session_keyring()
+        if seccomp.available():
+            seccomp.install()
 
     return preexec

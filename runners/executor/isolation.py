@@ -77,6 +77,7 @@ class SandboxSpec:
     memory_mb: int = 4096  # per process (RLIMIT_AS); the worker watches the total
     file_size_mb: int = 256
     max_processes: int = 512  # processes and threads, counted in the run's own user namespace
+    open_files: int = 4096  # per process (RLIMIT_NOFILE)
     disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together
     copy_out_mb: int = 1024
     read_only: list[str] = field(default_factory=list)  # host paths shown read-only at their own paths
@@ -85,6 +86,7 @@ class SandboxSpec:
     report_path: str = ""
     alarm_key: str = ""  # a warm start hands it to the probe in memory, never in the environment
     start_hook: str = ""  # a warm start's probe: "module:function", called with ``alarm_key`` before the script
+    cgroup_procs: list[str] = field(default_factory=list)  # the run's cgroups (runners.executor.cgroups), joined first
     # Under a root worker, the host user the program runs as (``nobody``): a user RLIMIT_NPROC holds for.
     host_uid: int | None = None
     host_gid: int | None = None
@@ -127,15 +129,6 @@ def probe_layers() -> Layers:
         data = pipe.read()
     os.waitpid(pid, 0)
     return json.loads(data or b'{"namespaces": [], "error": "the probe died"}')
-
-
-def _pid_namespace_for_children() -> str | None:
-    """The PID namespace of the run (as /proc/<pid>/ns/pid names it), or None when its init has already
-    ended: the kernel then no longer names it, and no process of the run is left to count."""
-    try:
-        return os.readlink("/proc/self/ns/pid_for_children")
-    except FileNotFoundError:
-        return None
 
 
 def _unshare_and_map(host_uid: int | None = None, host_gid: int | None = None) -> None:
@@ -189,6 +182,9 @@ def launch(spec: SandboxSpec, report: Callable[..., None], run_warm: Callable[[S
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         workdir_fd = os.open(spec.workdir, os.O_RDONLY | os.O_DIRECTORY)
+        for procs in spec.cgroup_procs:  # before the namespaces: the run's cgroup namespace is rooted at its cgroup
+            with open(procs, "w", encoding="ascii") as join:
+                join.write("0")
         _unshare_and_map(spec.host_uid, spec.host_gid)
         status_read, status_write = os.pipe()
         pid = os.fork()
@@ -197,7 +193,7 @@ def launch(spec: SandboxSpec, report: Callable[..., None], run_warm: Callable[[S
             _init(spec, workdir_fd, status_write, run_warm)
         os.close(status_write)
         pidfd = os.pidfd_open(pid)  # the worker signals the init through it: no PID reuse can misdirect a kill
-        report({"pid": pid, "pid_namespace": _pid_namespace_for_children()}, [pidfd])
+        report({"pid": pid}, [pidfd])
         os.close(pidfd)
         os.waitpid(pid, 0)  # returns once every process of the run's PID namespace is gone
         report({"ended": True})  # the copy-out below is not the program's time
@@ -253,7 +249,7 @@ def _program(spec: SandboxSpec, run_warm: Callable[[SandboxSpec], NoReturn]) -> 
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
-        confine(spec.workdir, spec.memory_mb, spec.file_size_mb, spec.max_processes)
+        confine(spec.workdir, spec.memory_mb, spec.file_size_mb, spec.max_processes, spec.open_files)
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
         run_warm(spec)

@@ -9,6 +9,7 @@ confinement applies (runners.executor.unisolated), and the run says so.
 import functools
 import json
 import logging
+import math
 import os
 import pwd
 import select
@@ -23,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cgroups import RunCgroup
+from .cgroups import support as cgroup_support
 from .confinement import landlock_abi
 from .confinement import layers as confinement_layers
 from .isolation import Layers, SandboxSpec, probe_layers
@@ -79,7 +82,7 @@ def describe_confinement(limits: Limits) -> str:
     layers = isolation_layers()
     if layers["namespaces"]:
         return (f"runs sealed in their own {', '.join(layers['namespaces'])} namespaces; "
-                f"{', '.join(confinement_layers())}; Landlock ABI {landlock_abi()}")
+                f"{', '.join(confinement_layers())}; Landlock ABI {landlock_abi()}; {cgroup_support().describe()}")
     if not limits.allow_unisolated:
         return (f"REFUSING untrusted code: this worker cannot seal runs in namespaces of their own "
                 f"({layers['error']}); it runs none unless its operator sets SILENTBENCH_ALLOW_UNISOLATED=true")
@@ -157,7 +160,8 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
         workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env),
         warm=warm,
         memory_mb=limits.address_space_mb, file_size_mb=limits.file_size_mb,
-        max_processes=limits.max_processes, disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb,
+        max_processes=limits.max_processes, open_files=limits.open_files, disk_mb=limits.disk_mb,
+        copy_out_mb=limits.disk_mb,
         read_only=interpreter_paths(python),
         devices=list(devices),
         alarm_key=alarm_key, start_hook=probe, host_uid=account.pw_uid if account else None,
@@ -170,7 +174,11 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
     readers: list[threading.Thread]
     streams, readers = {}, []
     timed_out = memory_exceeded = ended_after_oracle = forked_too_much = report_flood = False
+    cgroup, cgroup_left = None, ""
     try:
+        if cgroup_support().version:  # the kernel's account of the run's memory, processes and CPU share
+            cgroup = RunCgroup(cgroup_support(), limits.memory_mb, limits.disk_mb, limits.max_processes)
+            spec.cgroup_procs = cgroup.procs_files
         if report_path is not None:
             fifo = Path(tempfile.mkdtemp(prefix=f"{workdir.name}-report-", dir=workdir.parent)) / "report"
             os.mkfifo(fifo, 0o600)
@@ -204,9 +212,9 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
                 ended_after_oracle = True
             elif report and report.total > REPORT_FLOOD_FACTOR * limits.report_cap_bytes:
                 report_flood = True
-            elif len(namespace_members(run.pid_namespace)) >= limits.max_processes:
+            elif len(run.members()) >= limits.max_processes:
                 forked_too_much = True  # RLIMIT_NPROC refuses more; a program that keeps trying is stopped
-            elif ticks % MEMORY_CHECK_EVERY == 0 and run.memory_mb() > limits.memory_mb:
+            elif (cgroup is not None or ticks % MEMORY_CHECK_EVERY == 0) and run.memory_mb(cgroup) > limits.memory_mb:
                 memory_exceeded = True
             else:
                 continue
@@ -215,6 +223,7 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
                 run.note = run.note or "The run did not report its end after it was killed."
             break
         wall_seconds = (run.ended_at or time.monotonic()) - started
+        memory_exceeded = memory_exceeded or (cgroup is not None and cgroup.oom_killed())
     except BaseException:  # the caller was interrupted (Ctrl-C, SystemExit on SIGTERM): the program goes too
         if run is not None:
             run.kill()
@@ -234,7 +243,11 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
         for reader in readers:
             reader.join(timeout=5)
         _remove_mountpoint(root_mountpoint)
-    notes = [note for note in (run.note,) if note]
+        if cgroup is not None:
+            cgroup_left = cgroup.remove()
+    notes = [note for note in (run.note, run.unreadable) if note]
+    if cgroup_left:
+        logger.warning("a run's cgroup was not removed: %s", cgroup_left)
     if ended_after_oracle:
         notes.append(f"Ended {limits.teardown_grace_seconds:g} s after its oracle record: its processes were still "
                      "running (a teardown hang). Judged from its records.")
@@ -254,7 +267,8 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
         report_text=report.text() if report else "",
         ended_after_oracle=ended_after_oracle and run.exit_code is not None,
         started_warm=warm,
-        layers=[f"{name} namespace" for name in layers["namespaces"]] + confinement_layers(),
+        layers=([f"{name} namespace" for name in layers["namespaces"]] + confinement_layers()
+                + ([f"cgroup v{cgroup.version}"] if cgroup is not None else [])),
         notes=notes,
     )
 
@@ -272,9 +286,10 @@ class _SealedRun:
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
         self.pidfd: int | None = None
-        self.pid_namespace: str | None = None
+        self.init_pid: int | None = None  # the host PID of the run's init, whose descendants are the run
         self.exit_code: int | None = None
         self.note = ""
+        self.unreadable = ""  # why its memory could not be read, when that killed it
         self.over = False
         self.program_ended = False  # its launcher is copying its directory out
         self.ended_at: float | None = None
@@ -295,7 +310,7 @@ class _SealedRun:
             if "pid" in news and fds:
                 with self.lock:
                     self.pidfd = fds[0]
-                self.pid_namespace = news.get("pid_namespace")
+                self.init_pid = news["pid"]
             if news.get("ended") and not self.program_ended:
                 self.program_ended, self.ended_at = True, time.monotonic()
             if "exit" in news:
@@ -323,34 +338,59 @@ class _SealedRun:
                 except OSError:
                     pass
 
-    def memory_mb(self) -> float:
-        """The run's processes' proportional share of memory (PSS) together, in MB."""
+    def members(self) -> list[int]:
+        """The host PIDs of the run's processes: its init and every descendant (an orphan of the run is reparented
+        to its init). Read from each process's /proc/<pid>/stat, which the worker may read even of a process that
+        made itself undumpable; [] once the init has died (its PID may then be another process's)."""
+        if self.init_pid is None or not self._init_alive():
+            return []
+        children: dict[int, list[int]] = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                        parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(parent, []).append(int(entry.name))
+        members, waiting = [], [self.init_pid]
+        while waiting:
+            pid = waiting.pop()
+            members.append(pid)
+            waiting.extend(children.get(pid, ()))
+        return members if self._init_alive() else []
+
+    def _init_alive(self) -> bool:
+        with self.lock:
+            if self.pidfd is None:
+                return False
+            try:
+                signal.pidfd_send_signal(self.pidfd, 0)
+            except OSError:
+                return False
+            return True
+
+    def memory_mb(self, cgroup: RunCgroup | None = None) -> float:
+        """What the run holds, in MB: its cgroup's account (kernel memory included) where it has one, else its
+        processes' proportional share of memory (PSS) together. That watch fails closed: a process of the run that
+        the worker may not read (it made itself undumpable) counts as over any limit."""
+        if cgroup is not None:
+            return cgroup.memory_mb()
         total = 0
-        for pid in namespace_members(self.pid_namespace):
+        for pid in self.members():
             try:
                 with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
                     for line in rollup:
                         if line.startswith(b"Pss:"):
                             total += int(line.split()[1])
                             break
-            except (OSError, ValueError):
+            except PermissionError:
+                self.unreadable = (f"Killed: the worker could not read the memory of process {pid} of the run (it "
+                                   "had made itself unreadable), so the run counted as over its memory limit.")
+                return math.inf
+            except (OSError, ValueError):  # it ended meanwhile
                 continue
         return total / 1024
-
-
-def namespace_members(pid_namespace: str | None) -> list[int]:
-    """The host PIDs of the processes in ``pid_namespace`` (as /proc/<pid>/ns/pid names it)."""
-    if not pid_namespace:
-        return []
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == pid_namespace:
-                    members.append(int(entry.name))
-            except OSError:
-                continue
-    return members
 
 
 def interpreter_paths(python: str | Path | None = None) -> list[str]:
