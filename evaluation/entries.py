@@ -9,7 +9,9 @@ record the built-in detectors. The same tables as the results page give the numb
 and the held-out split gives the public and the held-out scores apart (``held_out.held_out_scores``): no one but a
 maintainer sees which held-out bugs an entry caught, only how many. Entries are ranked as the leaderboard ranks
 detectors: drop-in ones by public bugs caught beyond the fixed twin, then held-out ones, bugs caught, the
-false-positive rate and the name; opt-in ones apart; ``plain`` is the baseline, never ranked."""
+false-positive rate and the name; opt-in ones apart; ``plain`` is the baseline, never ranked. A submitted version
+whose runs show that its alarms follow the label or the program's verdict, not the program (evaluation.integrity),
+is flagged: it keeps its entry, unranked, with the runs behind the finding for the maintainers."""
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -19,12 +21,15 @@ from django.urls import reverse
 from bugs.permissions import sees_unreviewed
 from core.enums import ReviewState
 from core.exports import Table
+from runners.detector_versions.registry import config_hash
 from runners.detectors.base import DROP_IN
 from runners.models import Campaign, CampaignPurpose, Detector, DetectorVersion, Run
+from runners.scoring import TWIN_CONFIG
 from runners.selectors import visible_campaigns, visible_runs
 
 from .exports import WILSON
 from .held_out import Split, held_out_scores
+from .integrity import Integrity, integrity_of
 from .leaderboard import BASELINE, Standing, standings
 from .results import Results, latest_evaluation, results_viewer
 
@@ -42,6 +47,7 @@ class Entry:
     held_out_total: int
     summary: dict  # Results.runs_summary of the scoring runs: runs, seeds, torch releases, hosts
     recorded_code: bool  # the scoring runs recorded this exact code (False: runs older than code hashes)
+    integrity: Integrity | None = None  # what its runs show of it, a submitted version's (evaluation.integrity)
     rank: int | None = None
     links: dict = field(default_factory=dict)
 
@@ -58,6 +64,11 @@ class Entry:
     def submitter(self):
         return "SilentBench (built-in)" if self.version.builtin else (
             self.version.submitted_by.get_username() if self.version.submitted_by else "a deleted account")
+
+    @property
+    def flagged(self):
+        """Why it is kept out of the ranking (evaluation.integrity), one sentence each; [] when it is ranked."""
+        return self.integrity.reasons if self.integrity is not None else []
 
     @property
     def scored_at(self):
@@ -77,8 +88,9 @@ class Entry:
 
 
 def scoring_campaigns(versions, user):
-    """{detector version id: its newest completed scoring campaign that ``user`` may see} for ``versions``."""
-    records = Detector.objects.filter(code__in=versions)
+    """{detector version id: its newest completed scoring campaign that ``user`` may see} for ``versions``. The
+    trusted twins a scoring campaign runs under ``plain`` do not make it ``plain``'s (runners.scoring.TWIN_CONFIG)."""
+    records = Detector.objects.filter(code__in=versions).exclude(name=BASELINE, config_hash=config_hash(TWIN_CONFIG))
     newest = (visible_campaigns(user).filter(purpose=CampaignPurpose.SCORING, completed_at__isnull=False,
                                              runs__detector__in=records)
               .values("runs__detector__code").annotate(newest=Max("id")))
@@ -137,8 +149,9 @@ def _entry(version, selection, campaign, evaluation, user, recorded_code):
         return None
     scores = held_out_scores(results)
     public, held_out = scores.of(version.name)
+    integrity = None if version.builtin else integrity_of(results.judged, version.name)
     entry = Entry(version, campaign, evaluation, standing, public, held_out, scores.held_out_total,
-                  results.runs_summary(), recorded_code=recorded_code)
+                  results.runs_summary(), recorded_code=recorded_code, integrity=integrity)
     entry.links = {
         "campaign": campaign.get_absolute_url(),
         "runs": reverse("run-list") + f"?campaign={campaign.pk}&detector__name={version.name}",
@@ -150,19 +163,21 @@ def _entry(version, selection, campaign, evaluation, user, recorded_code):
 
 def _ranking(entries):
     """The entries in leaderboard order, each with its rank (ties on the public score and the held-out one share
-    it): public bugs caught beyond the fixed twin, held-out ones, bugs caught, the false-positive rate, the name."""
+    it): public bugs caught beyond the fixed twin, held-out ones, bugs caught, the false-positive rate, the name.
+    Flagged entries come last, unranked (rank None)."""
     def fp_rate(entry):
         rate = entry.standing.false_positives.get("fp_rate")
         return 1.0 if rate is None else rate
 
-    ranked = sorted(entries, key=lambda e: (-e.public.beyond_fixed, -e.held_out.beyond_fixed, -e.public.caught,
-                                            fp_rate(e), e.name, e.version.version))
+    ranked = sorted((entry for entry in entries if not entry.flagged),
+                    key=lambda e: (-e.public.beyond_fixed, -e.held_out.beyond_fixed, -e.public.caught,
+                                   fp_rate(e), e.name, e.version.version))
     for position, entry in enumerate(ranked, start=1):
         previous = ranked[position - 2] if position > 1 else None
         tied = previous is not None and (previous.public.beyond_fixed, previous.held_out.beyond_fixed) == (
             entry.public.beyond_fixed, entry.held_out.beyond_fixed)
         entry.rank = previous.rank if tied else position
-    return ranked
+    return ranked + sorted((entry for entry in entries if entry.flagged), key=lambda e: (e.name, e.version.version))
 
 
 def detector_history(name, user):
@@ -215,7 +230,8 @@ def entries_export(user=None):
     for entry in [*ranked, *opt_in, *([baseline] if baseline else [])]:
         fp, standing = entry.standing.false_positives, entry.standing
         rows.append({
-            "rank": entry.rank if entry.name != BASELINE else "baseline", "detector": entry.name,
+            "rank": ("baseline" if entry.name == BASELINE else "flagged" if entry.flagged else entry.rank),
+            "detector": entry.name,
             "version": entry.version.version, "submitter": entry.submitter, "integration": entry.integration,
             "public_beyond_fixed": entry.public.beyond_fixed, "public_bugs": entry.public.bugs,
             "held_out_beyond_fixed": entry.held_out.beyond_fixed, "held_out_bugs": entry.held_out_total,

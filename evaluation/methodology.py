@@ -14,7 +14,7 @@ from runners.detectors import all_plugins
 from runners.detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 from runners.models import StabilityCheck
 
-from . import held_out, leaderboard, metrics, overhead, tables
+from . import held_out, integrity, leaderboard, metrics, overhead, tables
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,9 @@ def sections():
         Section("fit", "The fit phase", (*doc(fitting), *term("Held-out references", fitting.is_fit_reference)),
                 ("runners/detector_versions/fitting.py",)),
         Section("leaderboard", "The leaderboard", doc(leaderboard), ("evaluation/leaderboard.py",)),
+        Section("honest-scores", "How scores stay honest", (
+            *doc(integrity), *term("In time", metrics.in_time),
+        ), ("evaluation/integrity.py", "evaluation/metrics.py: in_time", "docs/security.md")),
         Section("held-out-bugs", "Held-out bugs", doc(held_out), ("evaluation/held_out.py", "bugs/selectors.py")),
     )
 

@@ -10,6 +10,7 @@ from runners.detectors import all_plugins
 from runners.detectors.base import INTEGRATIONS
 from runners.models import Alarm, DetectorVersion, Run, RunStatus
 
+from .integrity import ground_truth
 from .metrics import AlarmPoint, cell_outcome, detected_beyond_clean, judge_run, median_or_none, wilson_interval
 
 DETECTION_COLUMNS = [
@@ -69,26 +70,35 @@ def with_integration(frame):
 
 
 def judged_runs(runs):
-    """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all."""
+    """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all (three where a submitted
+    detector's runs take their trusted twins' ground truth: evaluation.integrity.ground_truth). A clean pipeline's
+    run is judged as the clean run it is, whether it was presented as fixed or as buggy (a canary); its
+    ``presented_as`` says which."""
     succeeded = runs.filter(status=RunStatus.SUCCEEDED)
     rows = list(
         succeeded.values(
             "id", "variant", "seed", "steps", "trigger_step", "trigger_time", "manifested", "detector__name",
             "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
-            "reproducer_version__reproducer__bug__status",
+            "reproducer_version__reproducer__bug__status", "reproducer_version_id", "python_environment_id",
+            "detector__code__builtin",
         )
     )
+    for row in rows:
+        row["presented_as"] = row["variant"]
+        if row["reproducer_version__reproducer__bug__bug_id"] is None:
+            row["variant"] = Variant.FIXED
+    ground_truth(rows)
     alarms = defaultdict(list)
     # A subquery, not a list of ids: PostgreSQL joins it (0.5 s for a campaign of 25k runs among 1M alarms,
     # against several seconds for the same ids as 25k literals), and SQLite has no limit on its size.
-    for run_id, step, time, rule in Alarm.objects.filter(run__in=succeeded.values("id")).values_list(
-            "run_id", "step", "time", "rule"):
-        alarms[run_id].append(AlarmPoint(step, time, rule))
+    for run_id, step, time, rule, arrival in Alarm.objects.filter(run__in=succeeded.values("id")).values_list(
+            "run_id", "step", "time", "rule", "arrival_step"):
+        alarms[run_id].append(AlarmPoint(step, time, rule, arrival))
     for row in rows:
         row["alarms"] = alarms[row["id"]]
     return [
-        (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], alarms[row["id"]]),
+        (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], alarms[row["id"]], row["steps"] - 1),
          len(alarms[row["id"]]))
         for row in rows
     ]
@@ -116,7 +126,8 @@ def detection_table(runs=None, judged=None):
         detected = [verdict for _, verdict in buggy if verdict.detected]
         fixed_rules = {row["seed"]: {alarm.rule for alarm in row["alarms"]} for row, _ in fixed}
         beyond_fixed = sum(1 for row, _ in buggy if row["seed"] in fixed_rules
-                           and detected_beyond_clean(row["trigger_step"], row["alarms"], fixed_rules[row["seed"]]))
+                           and detected_beyond_clean(row["trigger_step"], row["alarms"], fixed_rules[row["seed"]],
+                                                     row["steps"] - 1))
         # detections that cannot be told from the fix either way: no fixed run of their seed succeeded
         without_twin = sum(1 for row, verdict in buggy if verdict.detected and row["seed"] not in fixed_rules)
         pre_trigger = sum(1 for _, verdict in buggy if verdict.any_false_alarm)

@@ -18,7 +18,7 @@ from runners.models import Alarm, Campaign, Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
 
 from .leaderboard import BASELINE
-from .metrics import AlarmPoint, RunVerdict, detected_beyond_clean, judge_run
+from .metrics import BACKDATING_STEPS, AlarmPoint, RunVerdict, detected_beyond_clean, judge_run
 from .models import Evaluation
 from .results import cached_for, latest_evaluation, results_viewer, without_nan
 from .tables import detection_table, judged_runs
@@ -47,7 +47,7 @@ def run_headline(run, alarms, fixed_rules=None):
         return Headline(f"{run.get_status_display().lower()}{kind}{reason}", "failed")
     if run.detector.name == BASELINE:
         return _plain_headline(run)
-    verdict = judge_run(run.variant, run.trigger_step, run.trigger_time, alarms)
+    verdict = judge_run(run.variant, run.trigger_step, run.trigger_time, alarms, run.steps - 1)
     if run.variant != Variant.BUGGY:
         if not verdict.false_alarms:
             return Headline("clean run: no alarm", "succeeded")
@@ -57,7 +57,8 @@ def run_headline(run, alarms, fixed_rules=None):
     if verdict.detected:
         first = (run.trigger_step or 0) + verdict.latency_steps
         text = f"detected at step {first} ({trigger}), {false_alarms_text(verdict.false_alarms)}"
-        if fixed_rules is not None and not detected_beyond_clean(run.trigger_step, alarms, fixed_rules):
+        if fixed_rules is not None and not detected_beyond_clean(run.trigger_step, alarms, fixed_rules,
+                                                                 run.steps - 1):
             text += "; every qualifying rule also fired on the fixed run of this seed"
         return Headline(text, "detected")
     symptom = "" if run.manifested is not False else "; the symptom did not manifest"
@@ -78,7 +79,8 @@ def _plain_headline(run):
 
 def headline_of(run, counterpart=None):
     """``run_headline`` with the run's alarms read (two small queries: a run keeps at most 2,000 alarms)."""
-    alarms = [AlarmPoint(step, time, rule) for step, time, rule in run.alarms.values_list("step", "time", "rule")]
+    alarms = [AlarmPoint(step, time, rule, arrival) for step, time, rule, arrival
+              in run.alarms.values_list("step", "time", "rule", "arrival_step")]
     fixed_rules = None
     if counterpart is not None and run.variant == Variant.BUGGY and counterpart.variant == Variant.FIXED:
         fixed_rules = set(counterpart.alarms.values_list("rule", flat=True).distinct())
@@ -88,24 +90,27 @@ def headline_of(run, counterpart=None):
 def table_verdicts(runs):
     """{run id: (alarm count, RunVerdict or None)} for the runs of one table page, in one grouped query. The
     verdict, for succeeded runs only, follows ``judge_run``: on a buggy run the alarms at or after the trigger
-    step (step 0 without one) detect, the earlier ones are false; on a clean run every alarm is false. Latency in
-    seconds and the first rule are left out: the tables do not show them."""
+    step (step 0 without one) received in time detect, the earlier ones are false; on a clean run every alarm is
+    false. Latency in seconds and the first rule are left out: the tables do not show them."""
     runs = list(runs)
     trigger = Coalesce(F("run__trigger_step"), 0)
-    qualifying = Q(step__gte=trigger)
+    in_time = Q(arrival_step__isnull=True) | (Q(arrival_step__lt=F("run__steps") - 1)
+                                              & Q(step__gte=F("arrival_step") - BACKDATING_STEPS))
+    qualifying = Q(step__gte=trigger) & in_time
     counts = {row["run"]: row for row in Alarm.objects.filter(run__in=[run.pk for run in runs]).order_by()
               .values("run").annotate(alarms=Count("id"), qualifying=Count("id", filter=qualifying),
+                                      pre_trigger=Count("id", filter=Q(step__lt=trigger)),
                                       first=Min("step", filter=qualifying))}
     found = {}
     for run in runs:
-        row = counts.get(run.pk, {"alarms": 0, "qualifying": 0, "first": None})
+        row = counts.get(run.pk, {"alarms": 0, "qualifying": 0, "pre_trigger": 0, "first": None})
         verdict = None
         if run.status == RunStatus.SUCCEEDED:
             if run.variant != Variant.BUGGY:
                 verdict = RunVerdict(detected=False, false_alarms=row["alarms"])
             else:
                 latency = row["first"] - (run.trigger_step or 0) if row["qualifying"] else None
-                verdict = RunVerdict(detected=bool(row["qualifying"]), false_alarms=row["alarms"] - row["qualifying"],
+                verdict = RunVerdict(detected=bool(row["qualifying"]), false_alarms=row["pre_trigger"],
                                      latency_steps=latency)
         found[run.pk] = (row["alarms"], verdict)
     return found

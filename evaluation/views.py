@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
+from runners.detectors import all_plugins
 from runners.permissions import TRIGGER_PERMISSION
 
 from .actions import do_start_bisection
@@ -17,6 +18,7 @@ from .charts import detection_heatmap, false_positive_chart, latency_chart, over
 from .compare import compare_query, comparison_frame
 from .entries import detector_history, entries_export, entry_of, open_entries, scored_versions
 from .exports import EXPORT_TABLES, InvalidFilter, results_export
+from .integrity import alarmed_under_every_detector
 from .leaderboard import build_leaderboard, selection_query
 from .methodology import CITATION, detectors, sections
 from .models import Bisection
@@ -83,6 +85,8 @@ def tables_context(results, query):
         "formats": list(EXPORT_FORMATS), "tables": list(TABLES), "integrations": by_integration(detectors),
         "flakiness": results.table("flakiness").to_dict("records"),
         "flakiness_computed_now": results.computed_now("flakiness"),
+        "alarmed_everywhere": alarmed_under_every_detector(
+            detection.to_dict("records"), {name for name, plugin in all_plugins().items() if plugin.instruments}),
     }
 
 

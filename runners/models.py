@@ -419,6 +419,10 @@ class Alarm(models.Model):
     message = models.TextField()
     evidence = models.JSONField(default=dict, blank=True)
     time = models.FloatField(null=True, blank=True, help_text="Unix time of the alarm.")
+    arrival_step = models.IntegerField(
+        null=True, blank=True,
+        help_text="The step the program had completed when the worker received the alarm (-1: before its first); "
+                  "empty for an alarm of an offline check, made after the run.")
 
     class Meta:
         ordering = ["step", "rank", "id"]

@@ -118,12 +118,13 @@ class CampaignPlan:
 
     @classmethod
     def build(cls, versions, detectors, variants=(Variant.BUGGY, Variant.FIXED), seeds=(0,), steps=None, skip=None,
-              environments=None):
+              environments=None, canaries=False):
         """Every combination of versions x detectors x variants x seeds x environments that can run: a clean
         pipeline has only its fixed variant, ``skip(version, detector)`` leaves out others (a detector's own
         fit references), and a version runs only in the environments that have the packages it declares
         (``needs.packages``: ``torch>=2.4``). ``environments`` None is the default one. Only approved versions
-        are accepted."""
+        are accepted. ``canaries``: a clean pipeline also runs presented as buggy, the same clean program under the
+        label a detector in its process could read (evaluation.integrity)."""
         variants, seeds = tuple(dict.fromkeys(variants)), tuple(sorted(set(seeds)))
         environments = tuple(dict.fromkeys(environments)) if environments is not None else (default_environment(),)
         problems = {}
@@ -148,7 +149,9 @@ class CampaignPlan:
         runs = tuple(PlannedRun(version, detector, variant, seed, environment)
                      for environment in environments for version in versions if runs_in(version, environment)
                      for variant in variants for seed in seeds for detector in detectors
-                     if variant in version.reproducer.variants and not (skip and skip(version, detector)))
+                     if (variant in version.reproducer.variants
+                         or canaries and version.reproducer.is_reference_pipeline and variant in Variant.values)
+                     and not (skip and skip(version, detector)))
         if not runs:
             if not any(runs_in(version, environment) for environment in environments for version in versions):
                 raise ValidationError({"environments": [

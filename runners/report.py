@@ -2,7 +2,12 @@
 
 Only alarms signed with the run's key count (the detector's probe signs them, runners.detectors.base); a run
 keeps a bounded number of records of each kind; and every value comes out as JSON any database stores
-(``json_safe``)."""
+(``json_safe``).
+
+The report reaches the worker in the order it was written (a FIFO in a sealed run), so each alarm also gets the
+step the program had completed when the alarm arrived (``arrival_step``: the highest step of rank 0's step records
+before it, -1 before the first). That is the worker's reading, not the detector's: an alarm raised after training,
+or dated to a step long before it arrived, is seen as such (evaluation.metrics)."""
 import hmac
 import json
 import math
@@ -128,7 +133,7 @@ def parse_report(text, alarm_key=None, caps=None):
     """The report file's records as plain, storable data. ``alarm_key``: the run's key (hex), which every
     alarm record must be signed with to count; ``caps``: a RecordCaps (the defaults above when None)."""
     caps = caps or RecordCaps()
-    report, seen = ParsedReport(), {"step": 0, "alarm": 0, "compare": 0}
+    report, seen = ParsedReport(), {"step": 0, "alarm": 0, "compare": 0, "completed": -1}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -162,6 +167,8 @@ def _take(report, record, alarm_key, caps, seen):
         seen["step"] += 1
         if seen["step"] <= caps.max_steps:
             metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+            if _rank(record) == 0:
+                seen["completed"] = max(seen["completed"], record["step"])
             report.steps.append(json_safe({
                 "step": record["step"],
                 "rank": _rank(record),
@@ -196,6 +203,7 @@ def _take(report, record, alarm_key, caps, seen):
                     "message": str(record.get("message", ""))[:2000],
                     "evidence": record.get("evidence") if isinstance(record.get("evidence"), dict) else {},
                     "time": _finite(record.get("time")),
+                    "arrival_step": seen["completed"],
                 }))
     elif event == "compare":
         comparison = _comparison(record)

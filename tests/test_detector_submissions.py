@@ -88,12 +88,15 @@ def test_the_example_of_the_docs_is_submitted_approved_and_scored(tmp_path):
     version, campaign = do_approve_detector_version(version, acting_user=maintainer)
     assert campaign.purpose == CampaignPurpose.SCORING and campaign.parameters["seeds"] == [0]
     runs = list(campaign.runs.select_related("detector__code"))
-    assert sorted(run.variant for run in runs) == [Variant.BUGGY, Variant.FIXED]
-    assert {run.detector.code_id for run in runs} == {version.pk}
+    scored = [run for run in runs if run.detector.code_id == version.pk]
+    twins = [run for run in runs if run.detector.code_id != version.pk]  # the ground truth (evaluation.integrity)
+    assert sorted(run.variant for run in scored) == sorted(run.variant for run in twins) == [Variant.BUGGY,
+                                                                                          Variant.FIXED]
+    assert {(run.detector.name, run.detector.config.get("trusted_twin")) for run in twins} == {("plain", True)}
     for run in runs:
         execute_run(run.pk)  # the worker's path: claim, sandbox, offline check, do_finish_run
     by_variant = {}
-    for run in campaign.runs.prefetch_related("alarms"):
+    for run in campaign.runs.filter(detector__code=version).prefetch_related("alarms"):
         assert run.status == RunStatus.SUCCEEDED, (run.failure_reason, run.stderr[-2000:])
         by_variant[run.variant] = run
     buggy, fixed = by_variant[Variant.BUGGY], by_variant[Variant.FIXED]
@@ -440,7 +443,7 @@ def test_a_submitted_detector_fits_and_analyzes_in_sandboxed_processes():
     ReproducerVersionFactory(reproducer=pipeline)
     bug_version = ReproducerVersionFactory()
     version, campaign = do_approve_detector_version(submit(FITTING, UserFactory()), acting_user=MaintainerFactory())
-    run = campaign.runs.filter(reproducer_version=bug_version).first()
+    run = campaign.runs.filter(reproducer_version=bug_version, detector__code=version).first()
     execute_run(run.pk)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, (run.failure_reason, run.stderr[-2000:])

@@ -14,9 +14,9 @@ from core.review import record_review
 
 from ..detector_versions.fitting import is_fit_reference
 from ..detector_versions.submissions import CheckedDetector, name_problem
-from ..models import Campaign, CampaignPurpose, DetectorVersion, Variant
+from ..models import Campaign, CampaignPurpose, Detector, DetectorVersion, Variant
 from ..plans import CampaignPlan
-from ..scoring import published_seeds, scoring_versions
+from ..scoring import TWIN_CONFIG, published_seeds, scoring_versions
 from .campaigns import do_create_campaign
 from .detectors import do_record_detector, do_record_submitted_detector
 
@@ -80,8 +80,10 @@ def do_start_scoring(version: DetectorVersion, seeds: Iterable[int] | None = Non
                      versions: Sequence[ReproducerVersion] | None = None, *, acting_user: User | None) -> Campaign:
     """An evaluation campaign of one approved DetectorVersion (its submitted config) over every CPU reproducer and
     clean pipeline (``versions``: runners.scoring.scoring_versions), both variants, at the published
-    evaluation's seeds (``seeds``: runners.scoring.published_seeds), its own fit references left out. Approval
-    starts it; ``manage.py rescore`` starts it again on the current corpus."""
+    evaluation's seeds (``seeds``: runners.scoring.published_seeds), its own fit references left out. Each clean
+    pipeline also runs presented as buggy (a canary), and a submitted version's bug runs have their trusted twins
+    under ``plain`` (runners.scoring.TWIN_CONFIG). Approval starts it; ``manage.py rescore`` starts it again on the
+    current corpus."""
     if not version.is_approved:
         raise ValidationError(f"{version} is not approved by a maintainer; it cannot run.")
     record = do_record_detector(version.name) if version.builtin else do_record_submitted_detector(version)
@@ -91,7 +93,15 @@ def do_start_scoring(version: DetectorVersion, seeds: Iterable[int] | None = Non
     versions = scoring_versions() if versions is None else versions
     if not versions:
         raise ValidationError("There is no approved CPU reproducer or clean pipeline to score a detector on yet.")
-    plan = CampaignPlan.build(versions, [record],
-                              [Variant.BUGGY, Variant.FIXED], seeds, skip=is_fit_reference)
+    detectors = [record]
+    if not version.builtin:  # its runs are judged by their trusted twins' oracle (evaluation.integrity)
+        detectors.append(do_record_detector("plain", TWIN_CONFIG, acting_user=acting_user))
+
+    def skip(reproducer: ReproducerVersion, detector: Detector) -> bool:
+        if detector is not record:  # a twin: only where there is a ground truth to give (a bug's reproducer)
+            return reproducer.reproducer.is_reference_pipeline
+        return is_fit_reference(reproducer, detector)
+
+    plan = CampaignPlan.build(versions, detectors, [Variant.BUGGY, Variant.FIXED], seeds, skip=skip, canaries=True)
     return do_create_campaign(f"scoring {version.name} {version.version}", plan, CampaignPurpose.SCORING,
                               acting_user=acting_user)

@@ -12,8 +12,9 @@ What it trains
 
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
-    correct training code and so that false-positive rates can be measured on it. Only the
-    ``fixed`` variant exists. Each step calls ``optimizer.zero_grad()``, runs forward and
+    correct training code and so that false-positive rates can be measured on it. ``--variant``
+    changes nothing: presented as ``buggy`` it is a canary (the same clean program under the
+    label a detector could read). Each step calls ``optimizer.zero_grad()``, runs forward and
     backward, clips, and ends with exactly one ``optimizer.step()``.
 
 Oracle
@@ -133,7 +134,7 @@ class LSTMLanguageModel(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--variant", choices=["fixed"], required=True)
+    parser.add_argument("--variant", choices=["buggy", "fixed"], required=True)  # the same either way
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     args = parser.parse_args()
