@@ -436,6 +436,9 @@ SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
 # Open files per process of a run (RLIMIT_NOFILE): what a run gets, and the most a reproducer may declare
 # (needs.open_files); never above the worker's own hard limit.
 SILENTBENCH_OPEN_FILES = env_int("SILENTBENCH_OPEN_FILES", 4096, minimum=64)
+# A cgroup per run where the worker may make one (runners/executor/cgroups.py): the kernel's account of its memory,
+# processes and CPU share. false leaves runs in the worker's cgroup, watched process by process.
+SILENTBENCH_RUN_CGROUPS = env_bool("SILENTBENCH_RUN_CGROUPS", True)
 SILENTBENCH_MAX_OPEN_FILES = env_int("SILENTBENCH_MAX_OPEN_FILES", 65536, minimum=64)
 require(SILENTBENCH_OPEN_FILES <= SILENTBENCH_MAX_OPEN_FILES,
         f"SILENTBENCH_OPEN_FILES ({SILENTBENCH_OPEN_FILES}) must be at most SILENTBENCH_MAX_OPEN_FILES "

@@ -20,11 +20,15 @@ clock. Review is one barrier; these are the others, and none depends on what det
 A submitted detector with any of these is **flagged**: its entry stays on the open leaderboard, unranked, with the
 evidence (which runs) for the maintainers (evaluation.entries).
 
-What stays open, and why review still reads every submission: a detector can still read the label, as any code in
-the process can; reading it gains nothing unless it also tells canaries from buggy programs, which means naming the
-benchmark's own programs in its code. Its offline ``analyze`` runs after the program, so its alarms have no arrival
-to judge; they are judged as any other (and a label it smuggles to it still meets the canaries). The step an alarm
-claims and its time are the detector's; only when it arrived is the worker's.
+What stays open, and why review still reads every submission. Code in the process can read the label, as any code
+there can; it gains by it only where it also tells a canary from a bug's program, by reading the program itself
+(a canary runs as ``repro.py`` without its manifest, like every bug's program, but its text is its own). It can also
+hold back the program's own records and release them after its alarm, so that an alarm raised on the program's
+verdict arrives "in time", or write what it read for its offline ``analyze``, whose alarms have no arrival to judge.
+Each of these reads the program, its records or its verdict, which is what review refuses; none of them is caught
+here. The step an alarm claims and its time are the detector's; only the order in which records arrived is the
+worker's. The complete answer, an oracle computed outside the program's process, needs every reproducer to leave its
+verdict to a process of its own.
 """
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,7 +44,7 @@ BASELINE = "plain"
 # their fixed presentation was not (a detector that is merely noisy alarms on both alike).
 LATE_RUNS_TO_FLAG = 2
 LABEL_FOLLOWING_SHARE = 0.5
-REWRITTEN_TO_FLAG = 1
+REWRITTEN_TO_FLAG = 2  # one run's verdict can differ from its twin's where a bug is flaky
 
 
 def twin_key(row):
@@ -73,7 +77,7 @@ def ground_truth(rows):
 class Integrity:
     """What one detector's runs show of it (``integrity_of``), with the runs behind each finding."""
 
-    late_alarm_runs: list = field(default_factory=list)  # buggy runs whose alarms at/after the trigger came late
+    late_alarm_runs: list = field(default_factory=list)  # buggy runs whose every alarm at/after the trigger came late
     label_following: list = field(default_factory=list)  # (canary run, its fixed twin): alarms on the canary only
     canary_pairs: int = 0
     rewritten_oracle: list = field(default_factory=list)  # runs whose own oracle record differs from the twin's
@@ -84,9 +88,10 @@ class Integrity:
         """Why the entry is flagged, one sentence each; [] when it is not."""
         reasons = []
         if len(self.late_alarm_runs) >= LATE_RUNS_TO_FLAG:
-            reasons.append(f"its alarms on {len(self.late_alarm_runs)} buggy run(s) reached the worker after the "
-                           "program's last training step, or dated to a step long before they arrived: they cannot "
-                           "be detections, and a detector that raises them reads the program's verdict")
+            reasons.append(f"on {len(self.late_alarm_runs)} buggy run(s) its only alarms at or after the trigger step "
+                           "reached the worker after the program's last training step, or dated to a step long before "
+                           "they arrived: they cannot be detections, and a detector that raises them reads the "
+                           "program's verdict")
         if self.label_following and len(self.label_following) >= LABEL_FOLLOWING_SHARE * self.canary_pairs:
             reasons.append(f"it alarmed on {len(self.label_following)} of {self.canary_pairs} clean pipeline run(s) "
                            "presented as buggy and not on the same program presented as fixed: its alarms follow the "
@@ -124,8 +129,9 @@ def integrity_of(judged, detector):
             continue
         if row["variant"] == Variant.BUGGY:
             trigger = row["trigger_step"] or 0
-            if any(alarm.step >= trigger and not in_time(alarm, last_step) for alarm in row["alarms"]):
-                integrity.late_alarm_runs.append(row["id"])
+            qualifying = [alarm for alarm in row["alarms"] if alarm.step >= trigger]
+            if qualifying and not any(in_time(alarm, last_step) for alarm in qualifying):
+                integrity.late_alarm_runs.append(row["id"])  # it would have been detected by late alarms alone
             if row.get("twin") is False:
                 integrity.without_twin.append(row["id"])
         if row.get("twin") and (row["own_trigger_step"], row["own_manifested"]) != (row["trigger_step"],

@@ -148,7 +148,9 @@ def detection_table(runs=None, judged=None):
 
 
 def false_positive_table(runs=None, judged=None):
-    """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines.
+    """Per detector, over clean runs: fixed variants of bugs and clean reference pipelines (presented as fixed: a
+    canary, the same pipeline presented as buggy, serves the integrity check alone, evaluation.integrity, so that
+    every detector's rate counts the same runs).
 
     A fitted detector never runs on a pipeline it was fitted on (runners.detector_versions.fitting), so every clean run
     here is a program not used to fit. ``per_check_fp_rate`` is TrainCheck's per-check rate, for
@@ -156,7 +158,7 @@ def false_positive_table(runs=None, judged=None):
     """
     totals = defaultdict(lambda: {"runs": 0, "alarmed": 0, "alarms": 0, "steps": 0, "deployed": 0, "failed": 0})
     for row, verdict, alarm_count in _judged(runs, judged):
-        if row["variant"] != Variant.FIXED:
+        if row["variant"] != Variant.FIXED or row["presented_as"] != Variant.FIXED:
             continue
         total = totals[row["detector__name"]]
         total["runs"] += 1

@@ -47,8 +47,9 @@ def run_headline(run, alarms, fixed_rules=None):
         return Headline(f"{run.get_status_display().lower()}{kind}{reason}", "failed")
     if run.detector.name == BASELINE:
         return _plain_headline(run)
-    verdict = judge_run(run.variant, run.trigger_step, run.trigger_time, alarms, run.steps - 1)
-    if run.variant != Variant.BUGGY:
+    variant = judged_variant(run)
+    verdict = judge_run(variant, run.trigger_step, run.trigger_time, alarms, run.steps - 1)
+    if variant != Variant.BUGGY:
         if not verdict.false_alarms:
             return Headline("clean run: no alarm", "succeeded")
         return Headline(f"clean run: {false_alarms_text(verdict.false_alarms)}", "false-alarm")
@@ -64,6 +65,12 @@ def run_headline(run, alarms, fixed_rules=None):
     symptom = "" if run.manifested is not False else "; the symptom did not manifest"
     text = f"missed: no alarm at or after the trigger ({trigger}), {false_alarms_text(verdict.false_alarms)}{symptom}"
     return Headline(text, "false-alarm" if verdict.false_alarms else "missed")
+
+
+def judged_variant(run):
+    """The variant a run is judged as: a clean pipeline's run is clean, whether it was presented as fixed or as buggy
+    (a canary: evaluation.integrity)."""
+    return run.variant if run.reproducer_version.reproducer.bug_id is not None else Variant.FIXED
 
 
 def _plain_headline(run):
@@ -106,7 +113,7 @@ def table_verdicts(runs):
         row = counts.get(run.pk, {"alarms": 0, "qualifying": 0, "pre_trigger": 0, "first": None})
         verdict = None
         if run.status == RunStatus.SUCCEEDED:
-            if run.variant != Variant.BUGGY:
+            if judged_variant(run) != Variant.BUGGY:
                 verdict = RunVerdict(detected=False, false_alarms=row["alarms"])
             else:
                 latency = row["first"] - (run.trigger_step or 0) if row["qualifying"] else None

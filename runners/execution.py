@@ -12,6 +12,8 @@ from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 
+from bugs.submissions import MANIFEST_NAME
+
 from . import compile_cache
 from .detector_versions.registry import plugin_for
 from .detector_versions.submitted import SubmittedPlugin
@@ -62,8 +64,12 @@ class RunOutcome:
 
 
 def materialize(files, workdir):
-    """Write the version's files under ``workdir``, refusing any path that would escape it."""
+    """Write the version's files under ``workdir``, refusing any path that would escape it. Its manifest stays out:
+    the program needs its code only, and a clean pipeline's manifest would tell it from a bug's reproducer to code in
+    its process (the canaries: evaluation.integrity)."""
     for relative, text in files.items():
+        if relative == MANIFEST_NAME:
+            continue
         path = PurePosixPath(relative)
         if path.is_absolute() or ".." in path.parts or not path.parts:
             raise ValueError(f"refusing reproducer file path {relative!r}")
@@ -138,6 +144,7 @@ def run_limits(version):
         flood_bytes=settings.SILENTBENCH_OUTPUT_FLOOD_BYTES,
         max_processes=settings.SILENTBENCH_MAX_PROCESSES,
         open_files=open_files(version),
+        own_cgroup=settings.SILENTBENCH_RUN_CGROUPS,
         user=settings.SILENTBENCH_SANDBOX_USER,
         disk_mb=settings.SILENTBENCH_MAX_DISK_MB,
         allow_unisolated=settings.SILENTBENCH_ALLOW_UNISOLATED,

@@ -5,9 +5,10 @@ keeps a bounded number of records of each kind; and every value comes out as JSO
 (``json_safe``).
 
 The report reaches the worker in the order it was written (a FIFO in a sealed run), so each alarm also gets the
-step the program had completed when the alarm arrived (``arrival_step``: the highest step of rank 0's step records
-before it, -1 before the first). That is the worker's reading, not the detector's: an alarm raised after training,
-or dated to a step long before it arrived, is seen as such (evaluation.metrics)."""
+step its rank had completed when the alarm arrived (``arrival_step``: the highest step of that rank's step records
+before it, -1 before the first; of any rank's, for a rank that writes no step records). That is the worker's
+reading, not the detector's: an alarm raised after training, or dated to a step long before it arrived, is seen as
+such (evaluation.metrics)."""
 import hmac
 import json
 import math
@@ -133,7 +134,8 @@ def parse_report(text, alarm_key=None, caps=None):
     """The report file's records as plain, storable data. ``alarm_key``: the run's key (hex), which every
     alarm record must be signed with to count; ``caps``: a RecordCaps (the defaults above when None)."""
     caps = caps or RecordCaps()
-    report, seen = ParsedReport(), {"step": 0, "alarm": 0, "compare": 0, "completed": -1}
+    # completed: {rank: its highest step record so far}; progress: that, as each kept alarm arrived
+    report, seen = ParsedReport(), {"step": 0, "alarm": 0, "compare": 0, "completed": {}, "progress": []}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -149,6 +151,10 @@ def parse_report(text, alarm_key=None, caps=None):
         if problem and len(report.errors) < MAX_ERRORS:
             report.errors.append(f"line {number}: {problem}")
     report.steps.sort(key=lambda r: (r["step"], r["rank"]))
+    stepping = {record["rank"] for record in report.steps}
+    for alarm, completed in zip(report.alarms, seen["progress"]):  # its rank's progress as it arrived
+        alarm["arrival_step"] = (completed.get(alarm["rank"], -1) if alarm["rank"] in stepping
+                                 else max(completed.values(), default=-1))
     report.over_cap = " ".join(too_many_records(what, seen[what], cap) for what, cap in (
         ("step", caps.max_steps), ("alarm", caps.max_alarms), ("compare", caps.max_comparisons)) if seen[what] > cap)
     return report
@@ -167,8 +173,8 @@ def _take(report, record, alarm_key, caps, seen):
         seen["step"] += 1
         if seen["step"] <= caps.max_steps:
             metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-            if _rank(record) == 0:
-                seen["completed"] = max(seen["completed"], record["step"])
+            completed = seen["completed"]
+            completed[_rank(record)] = max(completed.get(_rank(record), -1), record["step"])
             report.steps.append(json_safe({
                 "step": record["step"],
                 "rank": _rank(record),
@@ -203,8 +209,8 @@ def _take(report, record, alarm_key, caps, seen):
                     "message": str(record.get("message", ""))[:2000],
                     "evidence": record.get("evidence") if isinstance(record.get("evidence"), dict) else {},
                     "time": _finite(record.get("time")),
-                    "arrival_step": seen["completed"],
                 }))
+                seen["progress"].append(dict(seen["completed"]))
     elif event == "compare":
         comparison = _comparison(record)
         if isinstance(comparison, str):

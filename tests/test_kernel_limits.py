@@ -152,23 +152,35 @@ def unprivileged():
     workdir = runs / "run"
     workdir.mkdir(parents=True)
     (workdir / "hiders.py").write_text(MEMORY_HIDERS)
-    for path in (runs, workdir, workdir / "hiders.py"):
+    (workdir / "honest.py").write_text(HONEST)
+    for path in (runs, workdir, workdir / "hiders.py", workdir / "honest.py"):
         os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
     yield package.parent, workdir
     shutil.rmtree(base, ignore_errors=True)
 
 
+HONEST = '''
+import os, time
+block = bytearray(50 * 2**20)
+for _ in range(3):  # a few seconds: the watch reads the run's processes many times
+    for offset in range(0, len(block), 4096):
+        block[offset] = 1
+    time.sleep(1)
+print("trained", flush=True)
+'''
+
+
 WATCHED_AS_UNPRIVILEGED = '''
 import json, sys
 from runners.executor import Limits, Preload, run_sandboxed, isolation_layers
-from runners.executor import cgroups
-workdir = sys.argv[1]
+from runners.executor import cgroup_support
+workdir, program = sys.argv[1], sys.argv[2]
 limits = Limits(time_limit_seconds=60, memory_mb=768, user="")
 environment = {"HOME": workdir, "PATH": "/usr/bin:/bin", "SILENTBENCH_REPORT": workdir + "/report"}
-result = run_sandboxed(["/usr/bin/python3", "hiders.py"], workdir, environment, limits,
+result = run_sandboxed(["/usr/bin/python3", program], workdir, environment, limits,
                        preload=Preload("none", "os:getpid", packages=()))
 print(json.dumps({"ending": result.ending(), "layers": result.layers, "notes": result.notes, "stdout": result.stdout,
-                  "cgroups": cgroups.support().version, "namespaces": isolation_layers()["namespaces"]}))
+                  "cgroups": cgroup_support().version, "namespaces": isolation_layers()["namespaces"]}))
 '''
 
 
@@ -186,11 +198,20 @@ def test_an_unprivileged_worker_still_counts_every_process_of_a_run(unprivileged
     themselves from its memory watch with PR_SET_DUMPABLE and held 4 x 300 MB under a 768 MB limit: the run
     ended well. Now the filter refuses to hide them, and the watch counts every process of the run."""
     package, workdir = unprivileged
-    result = as_unprivileged(WATCHED_AS_UNPRIVILEGED, package, str(workdir))
+    result = as_unprivileged(WATCHED_AS_UNPRIVILEGED, package, str(workdir), "hiders.py")
     assert result["namespaces"] and result["cgroups"] == 0, result  # sealed, but no cgroup: the watch decides
     assert "hidden" not in result["stdout"], result["stdout"]
     assert result["ending"] == "memory_exceeded", result
+    assert not result["notes"], result["notes"]  # counted, not failed closed: no process of it hid
     assert "seccomp" in result["layers"], result["layers"]
+
+
+def test_an_unprivileged_worker_runs_an_honest_program_to_its_end(unprivileged):
+    """The run's own init makes itself unreadable to the worker (so that the program cannot trace it): the watch
+    leaves it out, and a program that stays within its memory ends well."""
+    package, workdir = unprivileged
+    result = as_unprivileged(WATCHED_AS_UNPRIVILEGED, package, str(workdir), "honest.py")
+    assert (result["ending"], result["stdout"].strip(), result["notes"]) == (None, "trained", []), result
 
 
 FAIL_CLOSED = '''

@@ -15,6 +15,7 @@ The rooms inside, from the kernel up:
 
 Everything else imports only what this module exports.
 """
+from .cgroups import support as cgroup_support
 from .confinement import IsolationError, landlock_abi
 from .hardening import hide_from_reproducers
 from .limits import Limits
@@ -32,7 +33,7 @@ from .zygote import (
 )
 
 __all__ = [
-    "COMPILER_ENV", "TORCH_PRELOAD", "Ending", "IsolationError", "Limits", "Preload", "SandboxResult",
+    "COMPILER_ENV", "TORCH_PRELOAD", "Ending", "IsolationError", "Limits", "Preload", "SandboxResult", "cgroup_support",
     "SandboxedProgramFailed", "ZygoteClient", "ZygoteError", "add_run_start_hook", "describe_confinement",
     "hide_from_reproducers", "interpreter_paths", "isolation_layers", "landlock_abi", "run_sandboxed",
     "signal_name", "spawn_by_fork_with", "warm_torch",

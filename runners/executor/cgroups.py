@@ -14,9 +14,10 @@ rooted at it, and everything the run starts is in it):
   longer takes more of the CPU than a run beside it with one.
 
 Two layouts: cgroup v1, the controllers mounted apart (``/sys/fs/cgroup/memory`` and so on, as on these machines),
-where a child of the worker's cgroup is made in each; and cgroup v2, one hierarchy, where the worker's cgroup must
-delegate ``memory`` and ``pids`` to its children (its ``cgroup.subtree_control`` lists them: systemd's
-``Delegate=yes``, or a container's own cgroup prepared by its entry point). Without either, runs get no cgroup and
+where a child of the worker's cgroup is made in each; and cgroup v2, one hierarchy, where the worker's cgroup, or the
+parent of the leaf it lives in, delegates ``memory`` and ``pids`` to its children (their ``cgroup.subtree_control``
+lists them: systemd's ``Delegate=yes`` with the worker in a leaf of its own, or a container's cgroup prepared so by
+its entry point). Without either, runs get no cgroup and
 the worker's watch of their memory reads each process (``supervisor``), failing closed.
 """
 import functools
@@ -100,17 +101,27 @@ def support() -> Support:
     unified = next((mount for mount, kind, _ in mounts if kind == "cgroup2"), None)
     if unified is None or "unified" not in own:
         return Support(0, error="no cgroup v1 memory, pids and cpu hierarchies, and no cgroup v2")
-    parent = os.path.join(unified, own["unified"].lstrip("/"))
-    try:
-        with open(os.path.join(parent, "cgroup.subtree_control"), encoding="utf-8") as control:
-            delegated = set(control.read().split())
-    except OSError as error:
-        return Support(0, error=f"{parent}: {error.strerror}")
-    if not {"memory", "pids"} <= delegated:
-        return Support(0, error=f"{parent} does not delegate memory and pids to its children "
-                                f"(cgroup.subtree_control: {' '.join(sorted(delegated)) or 'empty'})")
-    problem = _can_make_children(parent)
-    return Support(2, {"unified": parent}) if not problem else Support(0, error=problem)
+    worker = os.path.join(unified, own["unified"].lstrip("/"))
+    problems = []
+    # The worker's own cgroup, where it may enable controllers for children (a cgroup namespace's root); else its
+    # parent, where the worker lives in a leaf of a delegated subtree (the kernel lets no cgroup that holds processes
+    # enable controllers for its children, so a delegation puts the worker in a leaf beside its runs).
+    for parent in dict.fromkeys([worker, os.path.dirname(worker)]):
+        try:
+            with open(os.path.join(parent, "cgroup.subtree_control"), encoding="utf-8") as control:
+                delegated = set(control.read().split())
+        except OSError as error:
+            problems.append(f"{parent}: {error.strerror}")
+            continue
+        if not {"memory", "pids"} <= delegated:
+            problems.append(f"{parent} does not delegate memory and pids to its children "
+                            f"(cgroup.subtree_control: {' '.join(sorted(delegated)) or 'empty'})")
+            continue
+        problem = _can_make_children(parent)
+        if not problem:
+            return Support(2, {"unified": parent})
+        problems.append(problem)
+    return Support(0, error="; ".join(problems))
 
 
 def _write(directory: str, name: str, value: str | int) -> None:
@@ -167,17 +178,16 @@ class RunCgroup:
         return self.directories["memory" if self.version == 1 else "unified"]
 
     def memory_mb(self) -> float:
-        """What the run holds now besides the files of its tmpfs: resident memory, kernel memory, socket buffers."""
+        """What the run holds now besides files: resident memory, kernel memory, socket and pipe buffers. The files of
+        its tmpfs (shmem) and the page cache of files it read or wrote, which the kernel reclaims as it needs, are
+        left out."""
         directory = self._memory_directory()
-        if self.version == 1:
-            with open(os.path.join(directory, "memory.usage_in_bytes"), encoding="ascii") as usage:
-                total = int(usage.read())
-            stat = _read_stat(os.path.join(directory, "memory.stat"))
-            files = stat.get("total_shmem", stat.get("shmem", 0))
-        else:
-            with open(os.path.join(directory, "memory.current"), encoding="ascii") as current:
-                total = int(current.read())
-            files = _read_stat(os.path.join(directory, "memory.stat")).get("shmem", 0)
+        usage = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
+        with open(os.path.join(directory, usage), encoding="ascii") as current:
+            total = int(current.read())
+        stat = _read_stat(os.path.join(directory, "memory.stat"))
+        prefix = "total_" if self.version == 1 else ""  # v1: the cgroup and its children, as usage counts them
+        files = sum(stat.get(prefix + name, stat.get(name, 0)) for name in ("shmem", "active_file", "inactive_file"))
         return max(0, total - files) / 2**20
 
     def oom_killed(self) -> bool:

@@ -15,6 +15,7 @@ class Limits:
     user: str = "nobody"  # who runs the program when the worker is root ("" keeps root: tests only)
     disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together (sealed runs)
     open_files: int = 4096  # file descriptors a process of the run may hold (RLIMIT_NOFILE)
+    own_cgroup: bool = True  # a cgroup of its own where the worker can make one (runners.executor.cgroups)
     allow_unisolated: bool = False  # run without namespaces where the kernel has none (an operator's opt-in)
     teardown_grace_seconds: float = 10.0  # after the oracle record, how long its processes may take to end
     report_cap_bytes: int = 16 * 1024 * 1024

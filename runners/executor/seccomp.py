@@ -84,13 +84,16 @@ def _rule(library: ctypes.CDLL, context: int, action: int, name: str, *compares:
 
 
 def join_session_keyring() -> None:
-    """Leave the keyring the run was started with for a fresh, anonymous session keyring of its own."""
+    """Leave the keyring the run was started with for a fresh, anonymous session keyring of its own. Where keyrings
+    are out of reach already (a container's own filter refuses ``keyctl``: EPERM or ENOSYS), there is none to share
+    and nothing to do."""
     if _SYS_KEYCTL is None:
-        raise OSError(errno.ENOSYS, f"keyctl: unknown system call number on {platform.machine()}")
+        return
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(_SYS_KEYCTL, _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
         code = ctypes.get_errno()
-        raise OSError(code, f"keyctl(KEYCTL_JOIN_SESSION_KEYRING): {os.strerror(code)}")
+        if code not in (errno.EPERM, errno.ENOSYS):
+            raise OSError(code, f"keyctl(KEYCTL_JOIN_SESSION_KEYRING): {os.strerror(code)}")
 
 
 def install() -> None:
@@ -107,9 +110,11 @@ def install() -> None:
         for name in REFUSED:
             _rule(library, context, refused, name)
         _rule(library, context, _errno_action(errno.ENOSYS), "clone3")
-        for flag in CLONE_NEW.values():  # clone's flags are its first argument on every architecture but s390x
-            _rule(library, context, refused, "clone", (0, _CMP_MASKED_EQ, flag, flag))
-        _rule(library, context, refused, "prctl", (0, _CMP_EQ, PR_SET_DUMPABLE, 0), (1, _CMP_EQ, 0, 0))
+        flags = 1 if platform.machine() == "s390x" else 0  # clone's flags: its first argument, its second on s390x
+        for flag in CLONE_NEW.values():
+            _rule(library, context, refused, "clone", (flags, _CMP_MASKED_EQ, flag, flag))
+        # prctl's option is an int: the kernel reads its low 32 bits, whatever the upper ones hold
+        _rule(library, context, refused, "prctl", (0, _CMP_MASKED_EQ, 0xFFFFFFFF, PR_SET_DUMPABLE), (1, _CMP_EQ, 0, 0))
         result = library.seccomp_load(ctypes.c_void_p(context))
         if result < 0:
             raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")

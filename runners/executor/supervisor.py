@@ -176,7 +176,7 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
     timed_out = memory_exceeded = ended_after_oracle = forked_too_much = report_flood = False
     cgroup, cgroup_left = None, ""
     try:
-        if cgroup_support().version:  # the kernel's account of the run's memory, processes and CPU share
+        if limits.own_cgroup and cgroup_support().version:  # the kernel's account of its memory, processes, CPU
             cgroup = RunCgroup(cgroup_support(), limits.memory_mb, limits.disk_mb, limits.max_processes)
             spec.cgroup_procs = cgroup.procs_files
         if report_path is not None:
@@ -372,12 +372,15 @@ class _SealedRun:
 
     def memory_mb(self, cgroup: RunCgroup | None = None) -> float:
         """What the run holds, in MB: its cgroup's account (kernel memory included) where it has one, else its
-        processes' proportional share of memory (PSS) together. That watch fails closed: a process of the run that
-        the worker may not read (it made itself undumpable) counts as over any limit."""
+        program's processes' proportional share of memory (PSS) together (the run's init, the sandbox's own and a few
+        MB, aside). That watch fails closed: a process of the program that the worker may not read (it made itself
+        undumpable) counts as over any limit."""
         if cgroup is not None:
             return cgroup.memory_mb()
         total = 0
         for pid in self.members():
+            if pid == self.init_pid:  # ours, not the program's: unreadable so that the program cannot trace it
+                continue
             try:
                 with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
                     for line in rollup:

@@ -26,8 +26,7 @@ Teardown
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
     correct training code and so that false-positive rates can be measured on it. ``--variant``
-    changes nothing: presented as ``buggy`` it is a canary (the same clean program under the
-    label a detector could read). Each step calls ``optimizer.zero_grad()``, runs forward and
+    changes nothing: ``buggy`` runs the same clean program. Each step calls ``optimizer.zero_grad()``, runs forward and
     backward, and ends with exactly one ``optimizer.step()`` on every rank.
 
 Oracle

@@ -1,18 +1,20 @@
-"""SilentBench clean reference pipeline: an MLP trained with Adam on synthetic MNIST-like digits.
+"""SilentBench clean reference pipeline: an LSTM language model on a synthetic Markov token stream.
 
 What it trains
-    A three-layer MLP (784 -> 128 -> 64 -> 10, ReLU) classifies 28x28 grey-scale images into
-    ten classes with cross-entropy and ``torch.optim.Adam(lr=1e-3)``. The images are generated
-    from the seed: ten binary class prototypes (upsampled random 7x7 blobs), each sample being
-    its class prototype shifted by up to 3 pixels, at a random intensity, plus Gaussian noise,
-    clamped to [0, 1] and normalised like MNIST. A fresh batch of 64 is drawn every step.
+    A word-level language model (Embedding(24, 32) -> 1-layer LSTM(64) -> Linear(64, 24)) learns
+    next-token prediction with cross-entropy and ``torch.optim.Adam(lr=3e-3)``; gradients are
+    clipped to a global norm of 0.25 with ``torch.nn.utils.clip_grad_norm_``. The text is a
+    first-order Markov chain over a 24-token vocabulary whose transition matrix is drawn from
+    the seed (peaked rows, so the chain is far from uniform). Sixteen parallel streams are
+    consumed in chunks of 32 tokens (truncated back-propagation through time): the hidden state
+    is carried from one chunk to the next and detached from the graph of the previous chunk.
+    The entropy rate of the chain (the best achievable loss) is reported as evidence.
 
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
     correct training code and so that false-positive rates can be measured on it. ``--variant``
-    changes nothing: presented as ``buggy`` it is a canary (the same clean program under the
-    label a detector could read). Each step calls ``optimizer.zero_grad()``, runs forward and
-    backward, and ends with exactly one ``optimizer.step()``.
+    changes nothing: ``buggy`` runs the same clean program. Each step calls ``optimizer.zero_grad()``, runs forward and
+    backward, clips, and ends with exactly one ``optimizer.step()``.
 
 Oracle
     *manifested* is true only if training visibly failed: a non-finite loss appeared, or
@@ -33,8 +35,13 @@ import torch.nn.functional as F
 
 DEFAULT_STEPS = 40
 TRIGGER_STEP = None  # clean pipeline: no fault is ever active
-BATCH = 64
-LR = 1e-3
+VOCAB = 24
+EMBED = 32
+HIDDEN = 64
+STREAMS = 16  # batch size: parallel token streams
+BPTT = 32  # tokens per stream per step
+LR = 3e-3
+MAX_NORM = 0.25
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -81,44 +88,47 @@ def verdict(manifested, evidence):
     return "progressed" if evidence["trend_judged"] else "too short to judge"
 
 
-def make_prototypes(gen):
-    """Ten binary 28x28 'digit' templates: upsampled random 7x7 blobs."""
-    coarse = torch.rand(10, 1, 7, 7, generator=gen)
-    fine = F.interpolate(coarse, size=(28, 28), mode="bilinear", align_corners=False)
-    return (fine > 0.55).float()
+def make_chain(gen):
+    """A seeded first-order Markov chain: (transition matrix, entropy rate in nats)."""
+    transition = torch.softmax(2.5 * torch.randn(VOCAB, VOCAB, generator=gen, dtype=torch.float64), dim=1)
+    stationary = torch.full((VOCAB,), 1.0 / VOCAB, dtype=torch.float64)
+    for _ in range(500):  # power iteration
+        stationary = stationary @ transition
+    row_entropy = -(transition * transition.log()).sum(dim=1)
+    return transition.float(), float((stationary * row_entropy).sum())
 
 
-def make_batch(protos, gen, batch=BATCH):
-    labels = torch.randint(0, 10, (batch,), generator=gen)
-    intensity = 0.6 + 0.4 * torch.rand(batch, 1, 1, 1, generator=gen)
-    shifts = torch.randint(-3, 4, (batch, 2), generator=gen).tolist()  # small random translations
-    digits = torch.stack([torch.roll(protos[c], shifts=(dy, dx), dims=(1, 2))
-                          for c, (dy, dx) in zip(labels.tolist(), shifts)])
-    images = (intensity * digits + 1.0 * torch.randn(batch, 1, 28, 28, generator=gen)).clamp(0.0, 1.0)
-    images = (images - 0.13) / 0.31
-    return images.flatten(1), labels
+class TokenStreams:
+    """STREAMS independent walks on the chain, read BPTT tokens at a time."""
+
+    def __init__(self, transition, gen):
+        self.transition = transition
+        self.gen = gen
+        self.current = torch.randint(0, VOCAB, (STREAMS,), generator=gen)
+
+    def next_chunk(self):
+        tokens = [self.current]
+        for _ in range(BPTT):
+            tokens.append(torch.multinomial(self.transition[tokens[-1]], 1, generator=self.gen).squeeze(1))
+        chunk = torch.stack(tokens, dim=1)  # (STREAMS, BPTT + 1)
+        self.current = chunk[:, -1]
+        return chunk[:, :-1], chunk[:, 1:]  # inputs, next-token targets
 
 
-class MLP(nn.Module):
+class LSTMLanguageModel(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1 = nn.Linear(28 * 28, 128)
-        self.fc2 = nn.Linear(128, 64)
-        self.fc3 = nn.Linear(64, 10)
+        self.embed = nn.Embedding(VOCAB, EMBED)
+        self.lstm = nn.LSTM(EMBED, HIDDEN, num_layers=1, batch_first=True)
+        self.decoder = nn.Linear(HIDDEN, VOCAB)
 
-    def forward(self, x):
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x)
+    def forward(self, tokens, hidden):
+        out, hidden = self.lstm(self.embed(tokens), hidden)
+        return self.decoder(out), hidden
 
-
-@torch.no_grad()
-def grad_norm(params):
-    total = torch.zeros((), dtype=torch.float64)
-    for p in params:
-        if p.grad is not None:
-            total += p.grad.detach().double().pow(2).sum()
-    return float(total.sqrt())
+    def init_hidden(self, batch):
+        weight = next(self.parameters())
+        return (weight.new_zeros(1, batch, HIDDEN), weight.new_zeros(1, batch, HIDDEN))
 
 
 def main():
@@ -131,40 +141,41 @@ def main():
     torch.set_num_threads(1)  # deterministic and light on a shared CPU
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    protos = make_prototypes(gen)
-    eval_images, eval_labels = make_batch(protos, gen, batch=256)
+    transition, entropy_rate = make_chain(gen)
+    streams = TokenStreams(transition, gen)
 
-    model = MLP()
+    model = LSTMLanguageModel()
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    criterion = nn.CrossEntropyLoss()
     model.train()
+    hidden = model.init_hidden(STREAMS)
 
     report({"event": "start", "time": time.time(), "variant": args.variant,
             "seed": args.seed, "steps": args.steps, "world_size": 1})
 
     losses = []
+    clipped_steps = 0
     for step in range(args.steps):
-        images, labels = make_batch(protos, gen)
+        inputs, targets = streams.next_chunk()
+        hidden = tuple(h.detach() for h in hidden)  # truncated BPTT: keep the state, drop the graph
         optimizer.zero_grad()
-        logits = model(images)
-        loss = criterion(logits, labels)
+        logits, hidden = model(inputs, hidden)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
         loss.backward()
-        norm = grad_norm(model.parameters())
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM))
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         losses.append(loss.item())
-        acc = (logits.argmax(dim=1) == labels).float().mean().item()
+        clipped_steps += int(norm > MAX_NORM)
         report({"event": "step", "step": step, "rank": 0, "loss": losses[-1], "time": time.time(),
-                "metrics": {"grad_norm": norm, "lr": lr, "acc": acc}})
+                "metrics": {"grad_norm": norm, "lr": lr, "perplexity": math.exp(min(losses[-1], 50.0))}})
 
-    model.eval()
-    with torch.no_grad():
-        eval_acc = (model(eval_images).argmax(dim=1) == eval_labels).float().mean().item()
     manifested, evidence = training_failed(losses)
-    evidence["heldout_acc"] = eval_acc
-    summary = ("training %s: mean loss %.4f over the first quarter, %.4f over the last; held-out acc %.2f"
+    evidence.update({"entropy_rate": entropy_rate, "uniform_loss": math.log(VOCAB),
+                     "clipped_steps": clipped_steps, "max_norm": MAX_NORM})
+    summary = ("training %s: mean loss %.4f over the first quarter, %.4f over the last "
+               "(chain entropy rate %.4f, uniform %.4f)"
                % (verdict(manifested, evidence), evidence["first_quarter_mean_loss"],
-                  evidence["last_quarter_mean_loss"], eval_acc))
+                  evidence["last_quarter_mean_loss"], entropy_rate, math.log(VOCAB)))
     report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,
             "summary": summary, "evidence": evidence})
 

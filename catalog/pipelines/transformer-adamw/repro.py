@@ -1,28 +1,27 @@
-"""SilentBench clean reference pipeline: a small MLP trained under CPU bf16 autocast.
+"""SilentBench clean reference pipeline: a tiny Transformer encoder trained with AdamW and an LR schedule.
 
 What it trains
-    A small MLP classifier (Linear(32, 128) -> GELU -> LayerNorm -> Linear(128, 128) -> GELU ->
-    Linear(128, 6)) is trained with cross-entropy and ``torch.optim.SGD(lr=0.05, momentum=0.9)``.
-    The forward pass and the loss run under ``torch.autocast(device_type="cpu",
-    dtype=torch.bfloat16)``: the linear layers compute in bfloat16 while the parameters, their
-    gradients and the optimizer state stay in float32 (autocast's mixed precision; bf16 needs
-    no gradient scaler). ``loss.backward()`` runs outside the autocast region, as recommended.
-    The data are generated from the seed: six Gaussian classes in 32 dimensions whose means
-    are passed through a fixed random rotation and a sign-flip nonlinearity, so the classes are
-    not linearly trivial. A fresh batch of 64 is drawn every step.
+    A tiny Transformer (token + learned position embeddings, ``nn.TransformerEncoder`` with 2
+    layers, d_model 32, 4 heads, feed-forward 64, dropout 0.1, mean pooling and a linear head)
+    classifies token sequences with cross-entropy and ``torch.optim.AdamW(lr=3e-3,
+    weight_decay=0.01)``. The learning rate follows ``torch.optim.lr_scheduler.LambdaLR``:
+    linear warmup over the first 10% of the steps (starting at 1/warmup of the peak, never 0),
+    then cosine decay to 10% of the peak at the last step, so the LR is never 0. The data are
+    generated from the seed: four classes, each with its own token distribution over a
+    16-token vocabulary; a sequence of 16 tokens is drawn from its class's distribution.
+    A fresh batch of 32 sequences is drawn every step.
 
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
     correct training code and so that false-positive rates can be measured on it. ``--variant``
-    changes nothing: presented as ``buggy`` it is a canary (the same clean program under the
-    label a detector could read). Each step calls ``optimizer.zero_grad()``, runs forward and
-    backward, and ends with exactly one ``optimizer.step()``.
+    changes nothing: ``buggy`` runs the same clean program. Each step calls ``optimizer.zero_grad()``, runs forward and
+    backward, ends with exactly one ``optimizer.step()`` and then advances the scheduler.
 
 Oracle
     *manifested* is true only if training visibly failed: a non-finite loss appeared, or
     (with at least 4 steps) the mean loss of the last quarter of the steps is not below the
     mean of the first quarter. It is false on every seed. There is no fault, so the
-    trigger step is null. The dtypes seen under autocast are reported as evidence.
+    trigger step is null.
 """
 import argparse
 import json
@@ -36,13 +35,19 @@ import torch.nn as nn
 
 DEFAULT_STEPS = 40
 TRIGGER_STEP = None  # clean pipeline: no fault is ever active
-D_IN = 32
-D_HIDDEN = 128
-N_CLASSES = 6
-BATCH = 64
-LR = 0.05
-MOMENTUM = 0.9
-AUTOCAST_DTYPE = torch.bfloat16
+VOCAB = 16
+SEQ_LEN = 16
+N_CLASSES = 4
+D_MODEL = 32
+N_HEADS = 4
+D_FF = 64
+N_LAYERS = 2
+DROPOUT = 0.1
+BATCH = 32
+LR = 3e-3
+WEIGHT_DECAY = 0.01
+WARMUP_FRACTION = 0.1
+MIN_LR_FACTOR = 0.1
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -89,35 +94,40 @@ def verdict(manifested, evidence):
     return "progressed" if evidence["trend_judged"] else "too short to judge"
 
 
-def make_task(gen):
-    """Class means and a fixed random rotation."""
-    means = 0.7 * torch.randn(N_CLASSES, D_IN, generator=gen)
-    rotation, _ = torch.linalg.qr(torch.randn(D_IN, D_IN, generator=gen))
-    return means, rotation
+def make_class_distributions(gen):
+    """One token distribution per class over the vocabulary."""
+    return torch.softmax(1.5 * torch.randn(N_CLASSES, VOCAB, generator=gen), dim=1)
 
 
-def make_batch(task, gen, batch=BATCH):
-    means, rotation = task
+def make_batch(distributions, gen, batch=BATCH):
     labels = torch.randint(0, N_CLASSES, (batch,), generator=gen)
-    z = means[labels] + torch.randn(batch, D_IN, generator=gen)
-    x = z @ rotation
-    x = torch.where(z[:, :1] > 0, x, -x)  # sign flip tied to a latent coordinate
-    return x, labels
+    tokens = torch.multinomial(distributions[labels], SEQ_LEN, replacement=True, generator=gen)
+    return tokens, labels
 
 
-class MLP(nn.Module):
+def lr_factor(step, total_steps):
+    """Linear warmup, then cosine decay to MIN_LR_FACTOR; always strictly positive."""
+    warmup = max(1, round(WARMUP_FRACTION * total_steps))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return MIN_LR_FACTOR + (1.0 - MIN_LR_FACTOR) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class TinyTransformer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1 = nn.Linear(D_IN, D_HIDDEN)
-        self.norm = nn.LayerNorm(D_HIDDEN)
-        self.fc2 = nn.Linear(D_HIDDEN, D_HIDDEN)
-        self.head = nn.Linear(D_HIDDEN, N_CLASSES)
-        self.act = nn.GELU()
+        self.token_embed = nn.Embedding(VOCAB, D_MODEL)
+        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, SEQ_LEN, D_MODEL))
+        layer = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, dim_feedforward=D_FF, dropout=DROPOUT,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=N_LAYERS, enable_nested_tensor=False)
+        self.head = nn.Linear(D_MODEL, N_CLASSES)
 
-    def forward(self, x):
-        x = self.norm(self.act(self.fc1(x)))
-        x = self.act(self.fc2(x))
-        return self.head(x)
+    def forward(self, tokens):
+        x = self.token_embed(tokens) + self.pos_embed[:, : tokens.shape[1]]
+        x = self.encoder(x)
+        return self.head(x.mean(dim=1))
 
 
 @torch.no_grad()
@@ -139,11 +149,12 @@ def main():
     torch.set_num_threads(1)  # deterministic and light on a shared CPU
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    task = make_task(gen)
-    eval_x, eval_labels = make_batch(task, gen, batch=512)
+    distributions = make_class_distributions(gen)
+    eval_tokens, eval_labels = make_batch(distributions, gen, batch=256)
 
-    model = MLP()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    model = TinyTransformer()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, args.steps))
     criterion = nn.CrossEntropyLoss()
     model.train()
 
@@ -151,32 +162,30 @@ def main():
             "seed": args.seed, "steps": args.steps, "world_size": 1})
 
     losses = []
-    dtypes = {}
+    lrs = []
     for step in range(args.steps):
-        x, labels = make_batch(task, gen)
+        tokens, labels = make_batch(distributions, gen)
         optimizer.zero_grad()
-        with torch.autocast(device_type="cpu", dtype=AUTOCAST_DTYPE):
-            logits = model(x)
-            loss = criterion(logits, labels)
+        logits = model(tokens)
+        loss = criterion(logits, labels)
         loss.backward()
         norm = grad_norm(model.parameters())
-        lr = optimizer.param_groups[0]["lr"]
+        lr = optimizer.param_groups[0]["lr"]  # the LR this step uses
         optimizer.step()
+        scheduler.step()
         losses.append(loss.item())
-        if not dtypes:
-            dtypes = {"logits": str(logits.dtype), "loss": str(loss.dtype),
-                      "params": str(model.fc1.weight.dtype), "grads": str(model.fc1.weight.grad.dtype)}
+        lrs.append(lr)
         acc = (logits.argmax(dim=1) == labels).float().mean().item()
         report({"event": "step", "step": step, "rank": 0, "loss": losses[-1], "time": time.time(),
                 "metrics": {"grad_norm": norm, "lr": lr, "acc": acc}})
 
     model.eval()
-    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=AUTOCAST_DTYPE):
-        eval_acc = (model(eval_x).argmax(dim=1) == eval_labels).float().mean().item()
+    with torch.no_grad():
+        eval_acc = (model(eval_tokens).argmax(dim=1) == eval_labels).float().mean().item()
     manifested, evidence = training_failed(losses)
-    evidence.update({"heldout_acc": eval_acc, "autocast_dtype": str(AUTOCAST_DTYPE), "dtypes": dtypes})
-    summary = ("training %s under bf16 autocast: mean loss %.4f over the first quarter, %.4f over the "
-               "last; held-out acc %.2f"
+    evidence.update({"heldout_acc": eval_acc, "min_lr": min(lrs) if lrs else None,
+                     "max_lr": max(lrs) if lrs else None})
+    summary = ("training %s: mean loss %.4f over the first quarter, %.4f over the last; held-out acc %.2f"
                % (verdict(manifested, evidence), evidence["first_quarter_mean_loss"],
                   evidence["last_quarter_mean_loss"], eval_acc))
     report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,

@@ -1,22 +1,19 @@
-"""SilentBench clean reference pipeline: a tiny Transformer encoder trained with AdamW and an LR schedule.
+"""SilentBench clean reference pipeline: a small CNN trained with SGD + momentum on synthetic images.
 
 What it trains
-    A tiny Transformer (token + learned position embeddings, ``nn.TransformerEncoder`` with 2
-    layers, d_model 32, 4 heads, feed-forward 64, dropout 0.1, mean pooling and a linear head)
-    classifies token sequences with cross-entropy and ``torch.optim.AdamW(lr=3e-3,
-    weight_decay=0.01)``. The learning rate follows ``torch.optim.lr_scheduler.LambdaLR``:
-    linear warmup over the first 10% of the steps (starting at 1/warmup of the peak, never 0),
-    then cosine decay to 10% of the peak at the last step, so the LR is never 0. The data are
-    generated from the seed: four classes, each with its own token distribution over a
-    16-token vocabulary; a sequence of 16 tokens is drawn from its class's distribution.
-    A fresh batch of 32 sequences is drawn every step.
+    A small convolutional network (two Conv2d(bias=False) + BatchNorm2d + ReLU + max-pool blocks
+    and a linear head) classifies 3x16x16 colour images into eight classes with cross-entropy
+    and ``torch.optim.SGD(lr=0.01, momentum=0.9, weight_decay=5e-4)``. The images are generated
+    from the seed: eight smooth colour class templates (upsampled random 3x4x4 patches), each
+    sample being its class template shifted by up to 2 pixels, at a random contrast, plus
+    Gaussian noise. A fresh batch of 32 is drawn every step. The convolutions have no bias
+    because a BatchNorm follows each of them (a bias there would be cancelled by the BatchNorm).
 
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
     correct training code and so that false-positive rates can be measured on it. ``--variant``
-    changes nothing: presented as ``buggy`` it is a canary (the same clean program under the
-    label a detector could read). Each step calls ``optimizer.zero_grad()``, runs forward and
-    backward, ends with exactly one ``optimizer.step()`` and then advances the scheduler.
+    changes nothing: ``buggy`` runs the same clean program. Each step calls ``optimizer.zero_grad()``, runs forward and
+    backward, and ends with exactly one ``optimizer.step()``.
 
 Oracle
     *manifested* is true only if training visibly failed: a non-finite loss appeared, or
@@ -33,22 +30,15 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 DEFAULT_STEPS = 40
 TRIGGER_STEP = None  # clean pipeline: no fault is ever active
-VOCAB = 16
-SEQ_LEN = 16
-N_CLASSES = 4
-D_MODEL = 32
-N_HEADS = 4
-D_FF = 64
-N_LAYERS = 2
-DROPOUT = 0.1
 BATCH = 32
-LR = 3e-3
-WEIGHT_DECAY = 0.01
-WARMUP_FRACTION = 0.1
-MIN_LR_FACTOR = 0.1
+N_CLASSES = 8
+LR = 0.01
+MOMENTUM = 0.9
+WEIGHT_DECAY = 5e-4
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -95,40 +85,36 @@ def verdict(manifested, evidence):
     return "progressed" if evidence["trend_judged"] else "too short to judge"
 
 
-def make_class_distributions(gen):
-    """One token distribution per class over the vocabulary."""
-    return torch.softmax(1.5 * torch.randn(N_CLASSES, VOCAB, generator=gen), dim=1)
+def make_templates(gen):
+    """Eight smooth 3x16x16 colour templates: upsampled random 3x4x4 patches, centred."""
+    coarse = torch.randn(N_CLASSES, 3, 4, 4, generator=gen)
+    fine = F.interpolate(coarse, size=(16, 16), mode="bilinear", align_corners=False)
+    return fine - fine.mean(dim=(1, 2, 3), keepdim=True)
 
 
-def make_batch(distributions, gen, batch=BATCH):
+def make_batch(templates, gen, batch=BATCH):
     labels = torch.randint(0, N_CLASSES, (batch,), generator=gen)
-    tokens = torch.multinomial(distributions[labels], SEQ_LEN, replacement=True, generator=gen)
-    return tokens, labels
+    contrast = 0.5 + 0.5 * torch.rand(batch, 1, 1, 1, generator=gen)
+    shifts = torch.randint(-2, 3, (batch, 2), generator=gen).tolist()  # small random translations
+    clean = torch.stack([torch.roll(templates[c], shifts=(dy, dx), dims=(1, 2))
+                         for c, (dy, dx) in zip(labels.tolist(), shifts)])
+    images = contrast * clean + 1.0 * torch.randn(batch, 3, 16, 16, generator=gen)
+    return images, labels
 
 
-def lr_factor(step, total_steps):
-    """Linear warmup, then cosine decay to MIN_LR_FACTOR; always strictly positive."""
-    warmup = max(1, round(WARMUP_FRACTION * total_steps))
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-    return MIN_LR_FACTOR + (1.0 - MIN_LR_FACTOR) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-class TinyTransformer(nn.Module):
+class SmallCNN(nn.Module):
     def __init__(self):
         super().__init__()
-        self.token_embed = nn.Embedding(VOCAB, D_MODEL)
-        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, SEQ_LEN, D_MODEL))
-        layer = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, dim_feedforward=D_FF, dropout=DROPOUT,
-                                           batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, num_layers=N_LAYERS, enable_nested_tensor=False)
-        self.head = nn.Linear(D_MODEL, N_CLASSES)
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.head = nn.Linear(32 * 4 * 4, N_CLASSES)
 
-    def forward(self, tokens):
-        x = self.token_embed(tokens) + self.pos_embed[:, : tokens.shape[1]]
-        x = self.encoder(x)
-        return self.head(x.mean(dim=1))
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.head(x.flatten(1))
 
 
 @torch.no_grad()
@@ -150,12 +136,11 @@ def main():
     torch.set_num_threads(1)  # deterministic and light on a shared CPU
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    distributions = make_class_distributions(gen)
-    eval_tokens, eval_labels = make_batch(distributions, gen, batch=256)
+    templates = make_templates(gen)
+    eval_images, eval_labels = make_batch(templates, gen, batch=256)
 
-    model = TinyTransformer()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, args.steps))
+    model = SmallCNN()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     criterion = nn.CrossEntropyLoss()
     model.train()
 
@@ -163,29 +148,25 @@ def main():
             "seed": args.seed, "steps": args.steps, "world_size": 1})
 
     losses = []
-    lrs = []
     for step in range(args.steps):
-        tokens, labels = make_batch(distributions, gen)
+        images, labels = make_batch(templates, gen)
         optimizer.zero_grad()
-        logits = model(tokens)
+        logits = model(images)
         loss = criterion(logits, labels)
         loss.backward()
         norm = grad_norm(model.parameters())
-        lr = optimizer.param_groups[0]["lr"]  # the LR this step uses
+        lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
-        scheduler.step()
         losses.append(loss.item())
-        lrs.append(lr)
         acc = (logits.argmax(dim=1) == labels).float().mean().item()
         report({"event": "step", "step": step, "rank": 0, "loss": losses[-1], "time": time.time(),
                 "metrics": {"grad_norm": norm, "lr": lr, "acc": acc}})
 
     model.eval()
     with torch.no_grad():
-        eval_acc = (model(eval_tokens).argmax(dim=1) == eval_labels).float().mean().item()
+        eval_acc = (model(eval_images).argmax(dim=1) == eval_labels).float().mean().item()
     manifested, evidence = training_failed(losses)
-    evidence.update({"heldout_acc": eval_acc, "min_lr": min(lrs) if lrs else None,
-                     "max_lr": max(lrs) if lrs else None})
+    evidence["heldout_acc"] = eval_acc
     summary = ("training %s: mean loss %.4f over the first quarter, %.4f over the last; held-out acc %.2f"
                % (verdict(manifested, evidence), evidence["first_quarter_mean_loss"],
                   evidence["last_quarter_mean_loss"], eval_acc))

@@ -1,26 +1,27 @@
-"""SilentBench clean reference pipeline: a small CNN trained with SGD + momentum on synthetic images.
+"""SilentBench clean reference pipeline: a small MLP trained under CPU bf16 autocast.
 
 What it trains
-    A small convolutional network (two Conv2d(bias=False) + BatchNorm2d + ReLU + max-pool blocks
-    and a linear head) classifies 3x16x16 colour images into eight classes with cross-entropy
-    and ``torch.optim.SGD(lr=0.01, momentum=0.9, weight_decay=5e-4)``. The images are generated
-    from the seed: eight smooth colour class templates (upsampled random 3x4x4 patches), each
-    sample being its class template shifted by up to 2 pixels, at a random contrast, plus
-    Gaussian noise. A fresh batch of 32 is drawn every step. The convolutions have no bias
-    because a BatchNorm follows each of them (a bias there would be cancelled by the BatchNorm).
+    A small MLP classifier (Linear(32, 128) -> GELU -> LayerNorm -> Linear(128, 128) -> GELU ->
+    Linear(128, 6)) is trained with cross-entropy and ``torch.optim.SGD(lr=0.05, momentum=0.9)``.
+    The forward pass and the loss run under ``torch.autocast(device_type="cpu",
+    dtype=torch.bfloat16)``: the linear layers compute in bfloat16 while the parameters, their
+    gradients and the optimizer state stay in float32 (autocast's mixed precision; bf16 needs
+    no gradient scaler). ``loss.backward()`` runs outside the autocast region, as recommended.
+    The data are generated from the seed: six Gaussian classes in 32 dimensions whose means
+    are passed through a fixed random rotation and a sign-flip nonlinearity, so the classes are
+    not linearly trivial. A fresh batch of 64 is drawn every step.
 
 Clean reference
     This program contains no fault. It exists so that invariant-learning detectors can fit on
     correct training code and so that false-positive rates can be measured on it. ``--variant``
-    changes nothing: presented as ``buggy`` it is a canary (the same clean program under the
-    label a detector could read). Each step calls ``optimizer.zero_grad()``, runs forward and
+    changes nothing: ``buggy`` runs the same clean program. Each step calls ``optimizer.zero_grad()``, runs forward and
     backward, and ends with exactly one ``optimizer.step()``.
 
 Oracle
     *manifested* is true only if training visibly failed: a non-finite loss appeared, or
     (with at least 4 steps) the mean loss of the last quarter of the steps is not below the
     mean of the first quarter. It is false on every seed. There is no fault, so the
-    trigger step is null.
+    trigger step is null. The dtypes seen under autocast are reported as evidence.
 """
 import argparse
 import json
@@ -31,15 +32,16 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 DEFAULT_STEPS = 40
 TRIGGER_STEP = None  # clean pipeline: no fault is ever active
-BATCH = 32
-N_CLASSES = 8
-LR = 0.01
+D_IN = 32
+D_HIDDEN = 128
+N_CLASSES = 6
+BATCH = 64
+LR = 0.05
 MOMENTUM = 0.9
-WEIGHT_DECAY = 5e-4
+AUTOCAST_DTYPE = torch.bfloat16
 
 
 # --- reporting helper (copied into every reproducer; no SilentBench import) ----------
@@ -86,36 +88,35 @@ def verdict(manifested, evidence):
     return "progressed" if evidence["trend_judged"] else "too short to judge"
 
 
-def make_templates(gen):
-    """Eight smooth 3x16x16 colour templates: upsampled random 3x4x4 patches, centred."""
-    coarse = torch.randn(N_CLASSES, 3, 4, 4, generator=gen)
-    fine = F.interpolate(coarse, size=(16, 16), mode="bilinear", align_corners=False)
-    return fine - fine.mean(dim=(1, 2, 3), keepdim=True)
+def make_task(gen):
+    """Class means and a fixed random rotation."""
+    means = 0.7 * torch.randn(N_CLASSES, D_IN, generator=gen)
+    rotation, _ = torch.linalg.qr(torch.randn(D_IN, D_IN, generator=gen))
+    return means, rotation
 
 
-def make_batch(templates, gen, batch=BATCH):
+def make_batch(task, gen, batch=BATCH):
+    means, rotation = task
     labels = torch.randint(0, N_CLASSES, (batch,), generator=gen)
-    contrast = 0.5 + 0.5 * torch.rand(batch, 1, 1, 1, generator=gen)
-    shifts = torch.randint(-2, 3, (batch, 2), generator=gen).tolist()  # small random translations
-    clean = torch.stack([torch.roll(templates[c], shifts=(dy, dx), dims=(1, 2))
-                         for c, (dy, dx) in zip(labels.tolist(), shifts)])
-    images = contrast * clean + 1.0 * torch.randn(batch, 3, 16, 16, generator=gen)
-    return images, labels
+    z = means[labels] + torch.randn(batch, D_IN, generator=gen)
+    x = z @ rotation
+    x = torch.where(z[:, :1] > 0, x, -x)  # sign flip tied to a latent coordinate
+    return x, labels
 
 
-class SmallCNN(nn.Module):
+class MLP(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(32)
-        self.head = nn.Linear(32 * 4 * 4, N_CLASSES)
+        self.fc1 = nn.Linear(D_IN, D_HIDDEN)
+        self.norm = nn.LayerNorm(D_HIDDEN)
+        self.fc2 = nn.Linear(D_HIDDEN, D_HIDDEN)
+        self.head = nn.Linear(D_HIDDEN, N_CLASSES)
+        self.act = nn.GELU()
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.head(x.flatten(1))
+        x = self.norm(self.act(self.fc1(x)))
+        x = self.act(self.fc2(x))
+        return self.head(x)
 
 
 @torch.no_grad()
@@ -137,11 +138,11 @@ def main():
     torch.set_num_threads(1)  # deterministic and light on a shared CPU
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    templates = make_templates(gen)
-    eval_images, eval_labels = make_batch(templates, gen, batch=256)
+    task = make_task(gen)
+    eval_x, eval_labels = make_batch(task, gen, batch=512)
 
-    model = SmallCNN()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     criterion = nn.CrossEntropyLoss()
     model.train()
 
@@ -149,26 +150,32 @@ def main():
             "seed": args.seed, "steps": args.steps, "world_size": 1})
 
     losses = []
+    dtypes = {}
     for step in range(args.steps):
-        images, labels = make_batch(templates, gen)
+        x, labels = make_batch(task, gen)
         optimizer.zero_grad()
-        logits = model(images)
-        loss = criterion(logits, labels)
+        with torch.autocast(device_type="cpu", dtype=AUTOCAST_DTYPE):
+            logits = model(x)
+            loss = criterion(logits, labels)
         loss.backward()
         norm = grad_norm(model.parameters())
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         losses.append(loss.item())
+        if not dtypes:
+            dtypes = {"logits": str(logits.dtype), "loss": str(loss.dtype),
+                      "params": str(model.fc1.weight.dtype), "grads": str(model.fc1.weight.grad.dtype)}
         acc = (logits.argmax(dim=1) == labels).float().mean().item()
         report({"event": "step", "step": step, "rank": 0, "loss": losses[-1], "time": time.time(),
                 "metrics": {"grad_norm": norm, "lr": lr, "acc": acc}})
 
     model.eval()
-    with torch.no_grad():
-        eval_acc = (model(eval_images).argmax(dim=1) == eval_labels).float().mean().item()
+    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=AUTOCAST_DTYPE):
+        eval_acc = (model(eval_x).argmax(dim=1) == eval_labels).float().mean().item()
     manifested, evidence = training_failed(losses)
-    evidence["heldout_acc"] = eval_acc
-    summary = ("training %s: mean loss %.4f over the first quarter, %.4f over the last; held-out acc %.2f"
+    evidence.update({"heldout_acc": eval_acc, "autocast_dtype": str(AUTOCAST_DTYPE), "dtypes": dtypes})
+    summary = ("training %s under bf16 autocast: mean loss %.4f over the first quarter, %.4f over the "
+               "last; held-out acc %.2f"
                % (verdict(manifested, evidence), evidence["first_quarter_mean_loss"],
                   evidence["last_quarter_mean_loss"], eval_acc))
     report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,
