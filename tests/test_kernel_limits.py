@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -243,12 +244,59 @@ def test_the_memory_watch_fails_closed_on_a_process_it_cannot_read(unprivileged)
     assert "could not read the memory of process" in seen["note"]
 
 
+def run_cgroups():
+    return {os.path.join(directory, name) for directory in cgroups.support().parents.values()
+            for name in os.listdir(directory) if name.startswith(cgroups.RUN_PREFIX)}
+
+
 def test_a_runs_cgroup_is_rooted_at_its_own_and_removed_after_it():
+    before = run_cgroups()  # an earlier test's killed worker may have left some (removed once they are stale)
     evidence = evidence_of(execute(hostile_run('oracle({"cgroup": open("/proc/self/cgroup").read()})')))
     lines = evidence["cgroup"].split()
     assert lines and all(line.endswith(":/") for line in lines), lines  # its own cgroup namespace, at its cgroup
-    for directory in cgroups.support().parents.values():
-        assert not [name for name in os.listdir(directory) if name.startswith("silentbench-run-")]
+    assert run_cgroups() <= before
+
+
+def test_the_empty_cgroups_of_a_dead_worker_are_removed_once_stale():
+    """A worker killed with -9 cannot remove its run's cgroup; the next run of any worker removes it, once stale."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    hour_ago = time.time() - 3600
+    made = {}
+    for kind, owner, age in (("stale", dead.pid, hour_ago), ("fresh", dead.pid, None),
+                             ("alive", os.getpid(), hour_ago)):
+        made[kind] = [os.path.join(parent, f"{cgroups.RUN_PREFIX}{owner}-test{kind}")
+                      for parent in cgroups.support().parents.values()]
+        for path in made[kind]:
+            os.mkdir(path)
+            if age is not None:
+                os.utime(path, (age, age))
+    busy = [path + "-busy" for path in made["stale"]]  # a stale one that still holds a process stays
+    sleeper = None
+    try:
+        for path in busy:
+            os.mkdir(path)
+            os.utime(path, (hour_ago, hour_ago))
+        sleeper = subprocess.Popen(["sleep", "60"])
+        for path in busy:
+            Path(path, "cgroup.procs").write_text(str(sleeper.pid))
+        execute(hostile_run('oracle({"ok": 1})'))
+        left = run_cgroups()
+        assert not set(made["stale"]) & left
+        assert set(made["fresh"] + made["alive"] + busy) <= left
+    finally:
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait()
+        for path in made["fresh"] + made["alive"] + made["stale"] + busy:
+            for _ in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
 
 def test_a_runs_cgroup_holds_its_limits_and_the_same_cpu_share_as_every_run():

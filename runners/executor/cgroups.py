@@ -21,6 +21,7 @@ its entry point). Without either, runs get no cgroup and
 the worker's watch of their memory reads each process (``supervisor``), failing closed.
 """
 import functools
+import logging
 import os
 import time
 import uuid
@@ -30,6 +31,11 @@ CONTROLLERS = ("memory", "pids", "cpu")  # cgroup v1: one hierarchy each; v2: on
 CPU_SHARES, CPU_WEIGHT = 1024, 100  # every run the same share (the defaults of a new cgroup, stated)
 OWN_TASKS = 2  # the run's launcher and its init, in its cgroup with the program
 REMOVE_WAIT_SECONDS = 5.0  # how long a run's cgroup may take to empty after its last process died
+RUN_PREFIX = "silentbench-run-"  # then the PID of the worker that made it, and a random part
+STALE_AFTER_SECONDS = 600.0  # a leftover is removed only this long after it was made (a worker's first zygote
+# start, between the cgroup's making and the run's joining it, takes well under this)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,44 @@ def support() -> Support:
     return Support(0, error="; ".join(problems))
 
 
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def remove_leftovers(support: Support) -> list[str]:
+    """Remove the empty cgroups that runs of a dead worker left behind, and return their paths.
+
+    A worker removes each run's cgroup after the run, but one killed with -9 (or by the kernel's OOM killer) cannot;
+    its runs die with it (``PR_SET_PDEATHSIG``), so what stays is an empty directory. One is removed when the worker
+    named in it is no longer a process here and it was made ``STALE_AFTER_SECONDS`` ago; a cgroup that still holds a
+    process is never touched (the kernel refuses to remove it)."""
+    removed = []
+    now = time.time()
+    for parent in support.parents.values():
+        try:
+            names = [name for name in os.listdir(parent) if name.startswith(RUN_PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            owner = name[len(RUN_PREFIX):].split("-", 1)[0]
+            path = os.path.join(parent, name)
+            try:
+                if (not owner.isdigit() or _process_exists(int(owner))
+                        or now - os.stat(path).st_mtime < STALE_AFTER_SECONDS):
+                    continue
+                os.rmdir(path)
+            except OSError:
+                continue  # still in use, or another worker removed it first
+            removed.append(path)
+    return removed
+
+
 def _write(directory: str, name: str, value: str | int) -> None:
     with open(os.path.join(directory, name), "w", encoding="ascii") as control:
         control.write(str(value))
@@ -144,7 +188,9 @@ class RunCgroup:
 
     def __init__(self, support: Support, memory_mb: int, disk_mb: int, max_processes: int) -> None:
         self.version = support.version
-        name = f"silentbench-run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        for leftover in remove_leftovers(support):
+            logger.info("removed the cgroup %s, left behind by a worker that is gone", leftover)
+        name = f"{RUN_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.directories = {controller: os.path.join(parent, name) for controller, parent in support.parents.items()}
         limit = (memory_mb + disk_mb) * 1024 * 1024
         try:

@@ -3,13 +3,13 @@ busy neighbour.
 
 An overhead pair is two sealed warm runs of the same clean workload, one under ``plain`` and one under a detector
 (``--detector``, default ``nan_inf``), and its figure is the ratio of their median step times (evaluation.overhead).
-Here every pair is timed while a neighbour run holds ``--threads`` busy threads for the whole pair. With a cgroup
+Here every pair is timed while a neighbour run holds ``--processes`` busy processes for the whole pair. With a cgroup
 per run the kernel shares the CPU between the runs; without (every run in the worker's cgroup, as before), it shares
-it between threads, so the neighbour's threads take most of it. The same pairs run in both modes, interleaved
+it between processes and threads, so the neighbour's take most of it. The same pairs run in both modes, interleaved
 (with, without, without, with, ...). Prints, per mode, the pairs' ratios, their median and spread (the
 interquartile range and max/min), and the workload's median step time; never asserts.
 
-    SILENTBENCH_VAR_DIR=/tmp/benchvar .venv/bin/python manage.py bench_cpu_share [--pairs 6] [--threads 8]
+    SILENTBENCH_VAR_DIR=/tmp/benchvar .venv/bin/python manage.py bench_cpu_share [--pairs 6] [--processes 8]
 """
 import json
 import statistics
@@ -44,17 +44,19 @@ with open(os.environ["SILENTBENCH_REPORT"], "a") as report:
     report.write(json.dumps({"event": "oracle", "manifested": False}) + "\\n")
 '''
 NEIGHBOUR = '''
-import sys, threading, time
-def spin(until):
-    x = 0
-    while time.monotonic() < until:
-        x += 1
+import os, sys, time
 until = time.monotonic() + float(sys.argv[2])
-threads = [threading.Thread(target=spin, args=(until,)) for _ in range(int(sys.argv[1]))]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
+children = []
+for _ in range(int(sys.argv[1])):  # processes, not threads: each holds a core's worth of work (no GIL between them)
+    pid = os.fork()
+    if pid == 0:
+        x = 0
+        while time.monotonic() < until:
+            x += 1
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
 '''
 
 
@@ -63,7 +65,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--pairs", type=positive_int, default=6, help="pairs per mode (default 6)")
-        parser.add_argument("--threads", type=positive_int, default=8, help="the neighbour's busy threads")
+        parser.add_argument("--processes", type=positive_int, default=8, help="the neighbour's busy processes")
         parser.add_argument("--steps", type=positive_int, default=60, help="steps of each timed run")
         parser.add_argument("--detector", default="nan_inf", help="the detector of each pair (default nan_inf)")
         parser.add_argument("--neighbour-seconds", type=positive_int, default=25,
@@ -85,7 +87,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"pair {index} {mode:>14}: plain {plain * 1000:.2f} ms/step, "
                                   f"{options['detector']} {detected * 1000:.2f} ms/step, ratio {detected / plain:.3f}")
         self.stdout.write(f"\nOverhead pairs ({options['detector']} / plain, median step time), beside a neighbour "
-                          f"of {options['threads']} busy threads, {options['pairs']} pairs per mode:")
+                          f"of {options['processes']} busy processes, {options['pairs']} pairs per mode:")
         for mode, values in ratios.items():
             quartiles = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
             self.stdout.write(
@@ -96,7 +98,7 @@ class Command(BaseCommand):
     def pair(self, folder, index, mode, options):
         """(plain's, the detector's) median step time of one pair, timed beside the neighbour."""
         own = mode == "cgroup per run"
-        neighbour = threading.Thread(target=self.run, args=(folder, ["neighbour.py", str(options["threads"]),
+        neighbour = threading.Thread(target=self.run, args=(folder, ["neighbour.py", str(options["processes"]),
                                                                      str(options["neighbour_seconds"])], None, own))
         neighbour.start()
         try:
