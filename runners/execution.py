@@ -18,7 +18,7 @@ from . import compile_cache
 from .detector_versions.registry import plugin_for
 from .detector_versions.submitted import SubmittedPlugin
 from .detectors.base import DETECTOR_MODULE_ENV, PROBE_START, RunContext
-from .environments.python_environments import address_space_extra_mb, environment_python, is_default, missing_packages
+from .environments.python_environments import environment_python, is_default, missing_packages
 from .environments.routing import device_nodes, visible_devices
 from .executor import Limits, run_sandboxed
 from .failures import (
@@ -188,15 +188,14 @@ def _execute(run, devices, summary):
     if not version.is_approved:  # every caller comes through here: unapproved code never starts
         raise Unapproved(f"{version} is not approved by a maintainer; it cannot run.")
     plugin = plugin_for(run.detector)
-    environment, python, extra_mb = run.python_environment, None, 0
+    environment, python = run.python_environment, None
     if not is_default(environment):  # another torch release: its own interpreter, sealed the same way
         missing = missing_packages(plugin, environment)
         if missing:
             raise Unservable(environment_lacks_packages(plugin.name, environment.name, missing))
-        python, extra_mb = environment_python(environment), address_space_extra_mb(environment)
+        python = environment_python(environment)
     base_limits = run_limits(version)
-    limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor,
-                     address_space_extra_mb=extra_mb)
+    limits = replace(base_limits, time_limit_seconds=base_limits.time_limit_seconds * plugin.time_limit_factor)
     settings.SILENTBENCH_RUN_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=settings.SILENTBENCH_RUN_DIR))
     analysis_error, analysis_seconds, offline_alarms = "", None, []
@@ -272,8 +271,8 @@ def _execute(run, devices, summary):
         "refused_alarms": report.refused_alarms,
         "compile_cache": {"files_in": cached_files, "files_added": compiled_files},
     }
-    if python:  # another environment: its name, and the address space its libraries were allowed beyond the limit
-        execution.update(python_environment=environment.name, address_space_extra_mb=extra_mb)
+    if python:  # another environment: its name
+        execution.update(python_environment=environment.name)
     return RunOutcome(
         succeeded=not reason,
         failure_reason=reason,

@@ -55,6 +55,27 @@ def test_the_kernel_counts_a_runs_socket_buffers_against_its_memory():
     assert "cgroup v1" in outcome.execution["layers"] or "cgroup v2" in outcome.execution["layers"]
 
 
+RESERVES_AND_TOUCHES = '''
+import mmap, sys
+reserved = mmap.mmap(-1, {reserve_mb} * 2**20, prot=0)  # PROT_NONE: address space only, as CUDA reserves it
+touched = bytearray(b"x" * ({touch_mb} * 2**20))  # written: resident memory
+oracle({{"reserved_mb": len(reserved) // 2**20, "touched_mb": len(touched) // 2**20}})
+'''
+
+
+@pytest.mark.parametrize("own_cgroup", [True, False], ids=["cgroup", "watch"])
+def test_address_space_is_not_memory_but_memory_is(own_cgroup, settings):
+    """The limit of record is what a run holds, by its cgroup or by the watch of its processes' PSS, never its
+    address space: a CUDA process reserves tens of GB it never touches, and RLIMIT_AS had broken CUDA."""
+    settings.SILENTBENCH_RUN_CGROUPS = own_cgroup
+    reserving = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=16384, touch_mb=50), memory_mb=1024))
+    assert evidence_of(reserving) == {"reserved_mb": 16384, "touched_mb": 50}
+    assert any(layer.startswith("cgroup v") for layer in reserving.execution["layers"]) == own_cgroup
+    touching = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=1, touch_mb=1536), memory_mb=1024))
+    assert (touching.succeeded, touching.failure_kind) == (False, "memory"), touching.failure_reason
+    assert touching.failure_reason.startswith("Out of memory: exceeded the memory limit of 1024 MB")
+
+
 def test_a_run_cannot_raise_its_open_files_and_runs_out_of_them():
     evidence = evidence_of(execute(hostile_run('''
 import resource, socket

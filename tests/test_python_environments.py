@@ -135,7 +135,7 @@ def test_a_build_that_stops_while_writing_its_marker_leaves_none(settings, tmp_p
 
     def build(requirements, pins, directory):
         directory.mkdir(parents=True, exist_ok=True)
-        return {"packages": {"torch": "9.9.9"}, "python": "3.11.7", "torch": "9.9.9", "address_space_extra_mb": 0}
+        return {"packages": {"torch": "9.9.9"}, "python": "3.11.7", "torch": "9.9.9"}
     monkeypatch.setattr(environments, "_build", build)
     write_text = Path.write_text
 
@@ -332,9 +332,6 @@ def test_an_environment_is_built_once_per_machine_and_recorded(built, settings):
     assert build.path == str(directory) and environment_python(built) == directory / "bin" / "python"
     assert (build.build_seconds, build.size_bytes) == (marker["build_seconds"], marker["size_bytes"])
     assert build.build_seconds > 1 and build.size_bytes > 2 * 10**9  # torch and CUDA's libraries
-    # Its CUDA build of torch maps far more address space on import than the workers' CPU build: runs get that much
-    # more per-process address space (RLIMIT_AS), or a cold start could not even import torch.
-    assert marker["address_space_extra_mb"] >= 1024 and marker["address_space_extra_mb"] % 64 == 0
     modified = (directory / BUILT_MARKER).stat().st_mtime_ns
     assert build_environment([f"torch=={RELEASE}"]) == built  # found built: nothing is built again
     assert (directory / BUILT_MARKER).stat().st_mtime_ns == modified
@@ -398,7 +395,6 @@ def test_a_real_reproducer_runs_sealed_on_the_environments_torch(built, settings
         assert run.status == RunStatus.SUCCEEDED, (variant, run.failure_reason, run.stderr[-2000:])
         assert (run.python_environment, run.environment.torch, run.environment.python) == (built, RELEASE, "3.11.7")
         assert run.execution["start"] == "warm" and run.execution["python_environment"] == built.name
-        assert run.execution["address_space_extra_mb"] >= 1024
         assert "pid namespace" in run.execution["layers"] and "landlock" in run.execution["layers"]
     assert (runs["buggy"].manifested, runs["fixed"].manifested) == (True, False)
     assert side(f"torch:{RELEASE}").runs.filter(pk__in=[run.pk for run in runs.values()]).count() == 2

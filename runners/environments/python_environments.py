@@ -40,13 +40,10 @@ from .host import RECORDED_PACKAGES, host_facts
 
 BUILT_MARKER = ".silentbench-environment.json"
 BUILD_TIMEOUT_SECONDS = 3600  # a first build downloads torch and CUDA's wheels (about 3 GB)
-# Run with the environment's interpreter once it is built: what it really imports, not what the resolver said, and
-# the address space an interpreter holds once it has imported torch (a CUDA build maps far more than a CPU one).
+# Run with the environment's interpreter once it is built: what it really imports, not what the resolver said.
 INSPECT = ("import importlib.metadata as m, json, sys, torch; print(json.dumps({'python': '%d.%d.%d' % "
            "sys.version_info[:3], 'torch': torch.__version__, 'packages': {d.metadata['Name']: d.version "
-           "for d in m.distributions()}, 'address_space_kb': next(int(line.split()[1]) for line in "
-           "open('/proc/self/status') if line.startswith('VmSize:'))}))")
-ADDRESS_SPACE_STEP_MB = 64  # the extra address space a run in an environment gets is rounded up to this
+           "for d in m.distributions()}}))")
 # What the environment of uv's commands keeps from the worker's: where to find things, and how to reach an index.
 UV_ENV_PASSED = ("PATH", "HOME", "LANG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
                  "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
@@ -185,12 +182,6 @@ def built_marker(environment):
         raise EnvironmentBuildError(environment_not_built(environment.name)) from None
 
 
-def address_space_extra_mb(environment):
-    """How much more address space a process on ``environment``'s interpreter maps once torch is imported than one
-    on the worker's own, as measured when it was built here (a sandbox limit: runners.executor.Limits)."""
-    return 0 if is_default(environment) else built_marker(environment)["address_space_extra_mb"]
-
-
 def inspect_interpreter(python, directory):
     """What ``python`` reports once it has imported torch (``INSPECT``), run in ``directory``."""
     result = subprocess.run([str(python), "-W", "ignore", "-c", INSPECT], capture_output=True, text=True,
@@ -201,18 +192,13 @@ def inspect_interpreter(python, directory):
 
 
 def _build(requirements, pins, directory):
-    """A virtual environment of exactly ``pins`` at ``directory``; returns what its interpreter reports, and the
-    address space its torch maps beyond the worker's own (``address_space_extra_mb``)."""
+    """A virtual environment of exactly ``pins`` at ``directory``; returns what its interpreter reports."""
     shutil.rmtree(directory, ignore_errors=True)  # a build that stopped half-way
     _uv(["venv", str(directory), "--python", str(base_interpreter()), "--no-project", "--quiet"])
     pinned = directory / "requirements.txt"
     pinned.write_text("".join(f"{line}\n" for line in pins))
     _uv(["pip", "sync", str(pinned), "--python", str(directory / "bin" / "python"), "--quiet"])
-    inspected = inspect_interpreter(directory / "bin" / "python", directory)
-    extra_kb = inspected["address_space_kb"] - inspect_interpreter(sys.executable, directory)["address_space_kb"]
-    step = ADDRESS_SPACE_STEP_MB
-    inspected["address_space_extra_mb"] = max(0, -(-extra_kb // (1024 * step)) * step)
-    return inspected
+    return inspect_interpreter(directory / "bin" / "python", directory)
 
 
 def build_environment(requirements, worker=None):
@@ -244,7 +230,6 @@ def build_environment(requirements, worker=None):
             # itself on import (2.11.0+cu130: a CUDA build from the package index) is kept beside it.
             built = {"requirements": requirements, "python": inspected["python"], "torch": resolved["torch"],
                      "torch_build": inspected["torch"], "resolved": resolved,
-                     "address_space_extra_mb": inspected["address_space_extra_mb"],
                      "build_seconds": round(time.monotonic() - started, 1), "size_bytes": directory_size(directory),
                      "built_at": timezone.now().isoformat()}
             written = directory / f"{BUILT_MARKER}.partial"  # whole or absent: a killed build leaves no marker

@@ -74,7 +74,6 @@ class SandboxSpec:
     argv: list[str]  # a cold start: execve(argv[0], argv, env); a warm one: [python, script, *args]
     env: dict[str, str]
     warm: bool = False
-    memory_mb: int = 4096  # per process (RLIMIT_AS); the worker watches the total
     file_size_mb: int = 256
     max_processes: int = 512  # processes and threads, counted in the run's own user namespace
     open_files: int = 4096  # per process (RLIMIT_NOFILE)
@@ -249,7 +248,7 @@ def _program(spec: SandboxSpec, run_warm: Callable[[SandboxSpec], NoReturn]) -> 
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
-        confine(spec.workdir, spec.memory_mb, spec.file_size_mb, spec.max_processes, spec.open_files)
+        confine(spec.workdir, spec.file_size_mb, spec.max_processes, spec.open_files)
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
         run_warm(spec)

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Limits:
     time_limit_seconds: float
+    # What the run holds in memory, all its processes together: the kernel's account of its cgroup where the worker
+    # can make one, else the PSS of each of its processes (runners.executor.supervisor). Never address space.
     memory_mb: int
     log_cap_bytes: int = 64 * 1024
     flood_bytes: int = 32 * 1024 * 1024
@@ -20,12 +22,3 @@ class Limits:
     teardown_grace_seconds: float = 10.0  # after the oracle record, how long its processes may take to end
     report_cap_bytes: int = 16 * 1024 * 1024
     warm_start: bool = True  # a detector's own phases (TrainCheck's) may fork from a zygote (sealed runs only)
-    # Added to ``memory_mb`` in the per-process address-space limit (RLIMIT_AS) only: what the libraries of
-    # another Python environment map beyond the default one's (a CUDA build of torch maps 2.3 to 3.7 GB more on import:
-    # runners.environments.python_environments). The watch of the run's real memory stays at ``memory_mb``.
-    address_space_extra_mb: int = 0
-
-    @property
-    def address_space_mb(self) -> int:
-        """The per-process address-space limit (RLIMIT_AS)."""
-        return self.memory_mb + self.address_space_extra_mb

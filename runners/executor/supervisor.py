@@ -159,7 +159,7 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
     spec = SandboxSpec(
         workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env),
         warm=warm,
-        memory_mb=limits.address_space_mb, file_size_mb=limits.file_size_mb,
+        file_size_mb=limits.file_size_mb,
         max_processes=limits.max_processes, open_files=limits.open_files, disk_mb=limits.disk_mb,
         copy_out_mb=limits.disk_mb,
         read_only=interpreter_paths(python),
