@@ -210,7 +210,8 @@ def visible_devices(devices):
     return ",".join(str(index) for index in devices)
 
 
-GPU_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+GPU_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                    "/dev/nvidia-caps")  # the last, a folder: MIG instances' capabilities
 
 
 def device_nodes(devices):

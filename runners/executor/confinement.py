@@ -119,11 +119,11 @@ def set_rlimits(file_size_mb: int, max_processes: int, open_files: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
-def confine(home: str, file_size_mb: int, max_processes: int, open_files: int) -> None:
+def confine(home: str, file_size_mb: int, max_processes: int, open_files: int, holds_devices: bool = False) -> None:
     """In a sealed run's program, as root of its user namespace: rlimits, then no capability left in any set and
     none to regain (bounding set, ambient), the program's own user, no_new_privs, Landlock (writes beneath
-    ``home``, ``/tmp`` and ``/dev`` only), a session keyring of its own and, last, the system-call filter
-    (runners.executor.seccomp)."""
+    ``home``, ``/tmp`` and ``/dev`` only, and the run's own ``/proc`` when it ``holds_devices``: CUDA's driver names
+    its threads there), a session keyring of its own and, last, the system-call filter (runners.executor.seccomp)."""
     set_rlimits(file_size_mb, max_processes, open_files)
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
@@ -132,7 +132,7 @@ def confine(home: str, file_size_mb: int, max_processes: int, open_files: int) -
     os.setresgid(INSIDE_GID, INSIDE_GID, INSIDE_GID)
     os.setresuid(INSIDE_UID, INSIDE_UID, INSIDE_UID)  # clears the effective and permitted capabilities
     check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    landlock_writes_only_under([home, "/tmp", "/dev"])
+    landlock_writes_only_under([home, "/tmp", "/dev"] + (["/proc"] if holds_devices else []))
     header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     check(_libc.capset(ctypes.byref(header), data), "capset")
     # Readable by its worker (process count, memory), as an exec would make it; its init stays closed.

@@ -21,6 +21,12 @@ What the program sees: the interpreter and its packages (read-only, at their own
 ``/tmp`` and ``/dev/shm`` (those three share one size-limited tmpfs: the disk total), ``/dev/null``,
 ``zero``, ``full``, ``random``, ``urandom`` and the GPU devices it leased, its own ``/proc``, and a
 network namespace with nothing but its own loopback.
+
+A run that holds devices (leased GPUs) sees what CUDA's driver needs besides their nodes, and a CPU run does not:
+``/sys``, read-only (``cuInit`` fails with CUDA_ERROR_OPERATING_SYSTEM without it): a sysfs of its own, which shows
+only its own network namespace's interfaces, or, where the kernel refuses one, the host's bound read-only; and
+writes beneath its own ``/proc`` (the driver names its threads in ``/proc/<pid>/task/<tid>/comm``, and ``cuInit``
+fails when Landlock refuses that; the kernel still lets a process write only its own entries there).
 """
 import ctypes
 import errno
@@ -248,7 +254,7 @@ def _program(spec: SandboxSpec, run_warm: Callable[[SandboxSpec], NoReturn]) -> 
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
-        confine(spec.workdir, spec.file_size_mb, spec.max_processes, spec.open_files)
+        confine(spec.workdir, spec.file_size_mb, spec.max_processes, spec.open_files, holds_devices=bool(spec.devices))
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
         run_warm(spec)
@@ -335,6 +341,8 @@ def _build_root(spec: SandboxSpec, workdir_fd: int) -> None:
         _bind(spec.report_fifo, root / spec.report_path.lstrip("/"), read_only=False)
     (root / "proc").mkdir()
     _mount("proc", root / "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if spec.devices:
+        _sys(root / "sys")
     os.chdir(root)
     if _SYS_PIVOT_ROOT is None:
         raise IsolationError(errno.ENOSYS, f"pivot_root: unknown system call number on {platform.machine()}")
@@ -342,6 +350,15 @@ def _build_root(spec: SandboxSpec, workdir_fd: int) -> None:
     check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
     os.chdir("/")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _sys(target: Path) -> None:
+    """A read-only sysfs for a run that holds devices: its own, else the host's."""
+    target.mkdir()
+    try:
+        _mount("sysfs", target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:  # a container's masked paths (a tmpfs over /sys/firmware) make the kernel refuse a new one
+        _bind("/sys", target)
 
 
 def _etc(root: Path) -> None:

@@ -268,7 +268,8 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
         ended_after_oracle=ended_after_oracle and run.exit_code is not None,
         started_warm=warm,
         layers=([f"{name} namespace" for name in layers["namespaces"]] + confinement_layers()
-                + ([f"cgroup v{cgroup.version}"] if cgroup is not None else [])),
+                + ([f"cgroup v{cgroup.version}"] if cgroup is not None else [])
+                + (["gpu view: /sys read-only, /proc writable"] if devices else [])),
         notes=notes,
     )
 
