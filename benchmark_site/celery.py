@@ -42,6 +42,14 @@ def consume_auto_queues(sender, instance, **kwargs):
     consume_auto_queues(instance)
 
 
+@celeryd_after_setup.connect
+def share_cores(sender, instance, **kwargs):
+    """Each run's CPU threads: the host's cores shared among the worker's concurrent runs."""
+    from runners.worker.startup import share_cores
+
+    share_cores(instance)
+
+
 @worker_init.connect
 def hide_worker_from_reproducers(**kwargs):
     """The main process too, before it forks its pool: its environment holds the same secrets."""

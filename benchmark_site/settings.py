@@ -436,6 +436,9 @@ SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
 # Open files per process of a run (RLIMIT_NOFILE): what a run gets, and the most a reproducer may declare
 # (needs.open_files); never above the worker's own hard limit.
 SILENTBENCH_OPEN_FILES = env_int("SILENTBENCH_OPEN_FILES", 4096, minimum=64)
+# Threads of a run (OpenMP, MKL, OpenBLAS and torch's intra-op pool): 0 gives each run its share of the worker's
+# cores, max(1, cores // concurrency); a reproducer may declare more (needs.threads), up to the cores.
+SILENTBENCH_RUN_THREADS = env_int("SILENTBENCH_RUN_THREADS", 0, minimum=0)
 # A cgroup per run where the worker may make one (runners/executor/cgroups.py): the kernel's account of its memory,
 # processes and CPU share. false leaves runs in the worker's cgroup, watched process by process.
 SILENTBENCH_RUN_CGROUPS = env_bool("SILENTBENCH_RUN_CGROUPS", True)

@@ -301,7 +301,7 @@ def manifest_problems(manifest, files, *, reproduces_bug=True):
     if not isinstance(needs, dict):
         problems.append(f"{MANIFEST_NAME}: needs must be a mapping (cuda, gpus, world_size, time_limit_seconds, ...).")
         return problems
-    for name in ("gpus", "world_size", "time_limit_seconds", "memory_mb", "open_files"):
+    for name in ("gpus", "world_size", "time_limit_seconds", "memory_mb", "open_files", "threads"):
         if name in needs and not _whole_number(needs[name], 0, MAX_STORED_INTEGER):
             problems.append(f"{MANIFEST_NAME}: needs.{name} must be a whole number from 0 to {MAX_STORED_INTEGER}.")
     if "cuda" in needs and not isinstance(needs["cuda"], bool):

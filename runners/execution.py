@@ -18,6 +18,7 @@ from . import compile_cache
 from .detector_versions.registry import plugin_for
 from .detector_versions.submitted import SubmittedPlugin
 from .detectors.base import DETECTOR_MODULE_ENV, PROBE_START, RunContext
+from .environments import host
 from .environments.python_environments import environment_python, is_default, missing_packages
 from .environments.routing import device_nodes, visible_devices
 from .executor import Limits, run_sandboxed
@@ -136,6 +137,14 @@ def open_files(version):
     return min(max(settings.SILENTBENCH_OPEN_FILES, wanted), settings.SILENTBENCH_MAX_OPEN_FILES)
 
 
+def run_threads(version):
+    """The CPU threads a run of ``version`` gets: SILENTBENCH_RUN_THREADS, else its share of the worker's cores; more
+    where its manifest declares more (``needs.threads``), up to the cores."""
+    declared = (version.manifest.get("needs") or {}).get("threads")
+    wanted = declared if isinstance(declared, int) and not isinstance(declared, bool) else 0
+    return max(settings.SILENTBENCH_RUN_THREADS or host.cores_per_run(), min(wanted, host.usable_cores()))
+
+
 def run_limits(version):
     return Limits(
         time_limit_seconds=min(version.time_limit_seconds, settings.SILENTBENCH_MAX_TIME_LIMIT),
@@ -144,6 +153,7 @@ def run_limits(version):
         flood_bytes=settings.SILENTBENCH_OUTPUT_FLOOD_BYTES,
         max_processes=settings.SILENTBENCH_MAX_PROCESSES,
         open_files=open_files(version),
+        threads=run_threads(version),
         own_cgroup=settings.SILENTBENCH_RUN_CGROUPS,
         user=settings.SILENTBENCH_SANDBOX_USER,
         disk_mb=settings.SILENTBENCH_MAX_DISK_MB,
@@ -266,6 +276,7 @@ def _execute(run, devices, summary):
         "cold_reason": cold_reason,
         "zygote": "" if cold_reason else preload.name,
         "layers": result.layers,
+        "threads": limits.threads,
         "notes": result.notes + ([forged_alarms_note(report.refused_alarms)] if report.refused_alarms else [])
         + ([f"Some compiled files were not kept for the next runs: {cache_error}"] if cache_error else []),
         "refused_alarms": report.refused_alarms,

@@ -141,3 +141,22 @@ def host_capabilities():
     torch = facts["packages"].get("torch", "")
     return {**{key: facts[key] for key in CAPABILITY_FACTS}, "gpus": gpu_inventory(), "memory_mb": host_memory_mb(),
             "torch": torch, "torch_cuda": torch_cuda(torch)}
+
+
+_worker_concurrency = 1  # runs this process's worker runs at once (share_cores_among); 1 outside a worker
+
+
+def share_cores_among(concurrency: int) -> None:
+    """As a worker sets up (before its pool forks): its runs share this host's cores ``concurrency`` ways."""
+    global _worker_concurrency
+    _worker_concurrency = max(1, concurrency)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or a numactl's cpuset)."""
+    return len(os.sched_getaffinity(0))
+
+
+def cores_per_run() -> int:
+    """Each run's share of the cores: max(1, cores // the worker's concurrency)."""
+    return max(1, usable_cores() // _worker_concurrency)

@@ -83,6 +83,7 @@ class SandboxSpec:
     file_size_mb: int = 256
     max_processes: int = 512  # processes and threads, counted in the run's own user namespace
     open_files: int = 4096  # per process (RLIMIT_NOFILE)
+    threads: int = 0  # torch's intra-op threads in a warm start (the environment says so to a cold one); 0: as is
     disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together
     copy_out_mb: int = 1024
     read_only: list[str] = field(default_factory=list)  # host paths shown read-only at their own paths

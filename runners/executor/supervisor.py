@@ -29,7 +29,7 @@ from .cgroups import support as cgroup_support
 from .confinement import landlock_abi
 from .confinement import layers as confinement_layers
 from .isolation import Layers, SandboxSpec, probe_layers
-from .limits import Limits
+from .limits import Limits, thread_environment
 from .output import CapturedStream, capture
 from .result import SandboxResult
 from .unisolated import run_unisolated, sandbox_account
@@ -52,6 +52,7 @@ def run_sandboxed(argv: list[str], workdir: str | Path, env: dict[str, str], lim
     GPUs). ``python``: the interpreter of another Python environment the program runs on, readable in the
     sandbox and warm from a zygote of its own; None for this process's own.
     """
+    env = {**thread_environment(limits.threads), **env}  # what the reproducer declares itself comes first
     layers = isolation_layers()
     if layers["namespaces"]:
         return _run_isolated(Path(workdir), argv, env, limits, warm, preload, report_path, alarm_key, probe,
@@ -160,8 +161,8 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
         workdir=str(workdir), cwd=str(cwd), root_mountpoint=str(root_mountpoint), argv=list(argv), env=dict(env),
         warm=warm,
         file_size_mb=limits.file_size_mb,
-        max_processes=limits.max_processes, open_files=limits.open_files, disk_mb=limits.disk_mb,
-        copy_out_mb=limits.disk_mb,
+        max_processes=limits.max_processes, open_files=limits.open_files, threads=limits.threads,
+        disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb,
         read_only=interpreter_paths(python),
         devices=list(devices),
         alarm_key=alarm_key, start_hook=probe, host_uid=account.pw_uid if account else None,

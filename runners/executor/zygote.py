@@ -282,6 +282,9 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     code = 0
     for hook in _run_start_hooks:
         hook()
+    torch = sys.modules.get("torch")
+    if spec.threads and torch is not None:  # imported before the budget was known: its pool is sized now
+        torch.set_num_threads(spec.threads)
     try:
         if spec.start_hook:  # the probe of an instrumented run: before the script, with the run's key in memory
             module, _, function = spec.start_hook.partition(":")

@@ -10,7 +10,7 @@ from django.db import DatabaseError, connection
 
 from ..actions.workers import do_record_heartbeat, do_register_worker
 from ..detectors.base import PROBE_PRELOAD
-from ..environments.host import host_capabilities
+from ..environments.host import cores_per_run, host_capabilities, share_cores_among, usable_cores
 from ..environments.python_environments import EnvironmentBuildError, build_environment, do_advertise_environments
 from ..environments.routing import environment_of_queue, queues_for_worker, queues_in_environments
 from ..executor import Limits, ZygoteClient, describe_confinement, isolation_layers
@@ -18,6 +18,13 @@ from ..models import PythonEnvironment
 from ..reconciler import do_requeue_runs_of_restarted_worker, reconcile
 
 logger = logging.getLogger(__name__)
+
+
+def share_cores(instance):
+    """As the worker sets up, before its pool forks: each run gets its share of the cores (runners.execution)."""
+    share_cores_among(instance.concurrency)
+    logger.info("each run gets %d CPU thread(s): %d cores, concurrency %d", cores_per_run(), usable_cores(),
+                instance.concurrency)
 
 
 def start_zygote():

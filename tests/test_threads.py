@@ -1,0 +1,104 @@
+"""Each run's CPU threads: its share of the worker's cores, set for OpenMP, MKL and torch before the program runs,
+warm or cold; more where the reproducer declares more; recorded on the run and shown on its page."""
+import pytest
+from django.urls import reverse
+
+from bugs.submissions import manifest_problems
+from runners.environments import host
+from runners.execution import execute, run_threads
+from runners.tasks import execute_run
+
+from .factories import ReproducerVersionFactory, RunFactory
+
+pytestmark = pytest.mark.django_db
+
+THREADS_SEEN = '''
+import json, os, torch
+with open(os.environ["SILENTBENCH_REPORT"], "a") as report:
+    report.write(json.dumps({"event": "oracle", "manifested": False, "evidence": {
+        "torch": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+        "mkl": os.environ.get("MKL_NUM_THREADS")}}) + "\\n")
+'''
+
+
+@pytest.fixture
+def concurrency():
+    """The worker's concurrency, as its set-up shares the cores; back to 1 after the test."""
+    yield host.share_cores_among
+    host.share_cores_among(1)
+
+
+def version_with(**needs):
+    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3,
+                "needs": {"time_limit_seconds": 60, "memory_mb": 1024, **needs}}
+    return ReproducerVersionFactory(manifest=manifest, files={"repro.py": THREADS_SEEN})
+
+
+def test_a_run_gets_its_share_of_the_cores_and_may_declare_more(concurrency, settings, monkeypatch):
+    monkeypatch.setattr(host, "usable_cores", lambda: 16)  # the arithmetic of a 16-core GPU node
+    concurrency(14)
+    assert run_threads(version_with()) == 1
+    assert run_threads(version_with(threads=4)) == 4
+    assert run_threads(version_with(threads=64)) == 16  # never more than the cores
+    concurrency(2)
+    assert run_threads(version_with()) == 8
+    assert run_threads(version_with(threads=4)) == 8  # a declaration asks for more, never for fewer
+    settings.SILENTBENCH_RUN_THREADS = 3  # the operator's figure replaces the share
+    assert run_threads(version_with()) == 3
+
+
+@pytest.mark.parametrize("start", ["warm", "cold"])
+def test_the_budget_reaches_openmp_mkl_and_torch_before_the_program_runs(start, concurrency, settings):
+    """torch's own default is one thread per core; the budget is 1 here, set in a warm start's fork (torch was
+    imported before the run was known) and in a cold start's environment."""
+    assert host.usable_cores() >= 2, "one core: the budget cannot differ from torch's default"
+    concurrency(host.usable_cores())
+    needs = {"environment": {"SOMETHING": "1"}} if start == "cold" else {}
+    outcome = execute(RunFactory(reproducer_version=version_with(**needs)))
+    assert outcome.succeeded, outcome.failure_reason
+    assert outcome.execution["start"] == start
+    assert outcome.oracle["evidence"] == {"torch": 1, "omp": "1", "mkl": "1"}
+    assert outcome.execution["threads"] == 1
+
+
+def test_the_run_page_shows_the_threads(client, concurrency):
+    concurrency(host.usable_cores())
+    run = RunFactory(reproducer_version=version_with())
+    execute_run(run.pk)
+    page = client.get(reverse("runners:run", args=[run.pk])).content.decode()
+    assert '<dd id="threads">1 (OpenMP, MKL, torch' in page
+
+
+@pytest.mark.parametrize("threads", [-1, "4", 2.5, True])
+def test_a_declared_thread_count_must_be_a_whole_number(threads):
+    manifest = {"entrypoint": "repro.py", "needs": {"threads": threads}}
+    assert any("needs.threads must be a whole number" in problem
+               for problem in manifest_problems(manifest, {"repro.py": "pass"}))
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_shares_its_cores_among_its_concurrent_runs(tmp_path):
+    """``celery worker --concurrency 2`` on this machine's cores: each run gets cores // 2 threads, from the worker's
+    set-up through its pool processes to the run's torch."""
+    from benchmark_site.celery import app
+    from runners.actions.campaigns import do_create_campaign
+    from runners.actions.detectors import do_record_detector
+    from runners.plans import CampaignPlan
+    from runners.progress import wait_for_campaign
+    from runners.worker.local import log_tail, start_worker, stop_process
+
+    app.control.purge()
+    expected = max(1, host.usable_cores() // 2)
+    campaign = do_create_campaign("threads", CampaignPlan.build([version_with()], [do_record_detector("plain")],
+                                                               ["buggy"], [0]), acting_user=None)
+    log = tmp_path / "worker.log"
+    process = start_worker(log, name="threads", concurrency=2)
+    try:
+        progress = wait_for_campaign(campaign, lambda line: None, timeout=240)
+        assert progress["done"] == progress["total"] == 1, log_tail(log)
+    finally:
+        stop_process(process)
+    run = campaign.runs.get()
+    assert run.execution["threads"] == expected, (run.failure_reason, log_tail(log))
+    assert run.oracle_evidence["torch"] == expected
