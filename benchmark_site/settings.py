@@ -436,6 +436,9 @@ SILENTBENCH_MAX_PROCESSES = env_int("SILENTBENCH_MAX_PROCESSES", 512, minimum=1)
 # Open files per process of a run (RLIMIT_NOFILE): what a run gets, and the most a reproducer may declare
 # (needs.open_files); never above the worker's own hard limit.
 SILENTBENCH_OPEN_FILES = env_int("SILENTBENCH_OPEN_FILES", 4096, minimum=64)
+# A worker that would take GPU runs first probes each GPU as a sealed run (cuInit, a matrix product, free memory) and
+# offers only those that pass (runners/environments/gpu_check.py).
+SILENTBENCH_GPU_SELF_CHECK = env_bool("SILENTBENCH_GPU_SELF_CHECK", True)
 # Threads of a run (OpenMP, MKL, OpenBLAS and torch's intra-op pool): 0 gives each run its share of the worker's
 # cores, max(1, cores // concurrency); a reproducer may declare more (needs.threads), up to the cores.
 SILENTBENCH_RUN_THREADS = env_int("SILENTBENCH_RUN_THREADS", 0, minimum=0)

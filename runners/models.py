@@ -119,6 +119,8 @@ class Worker(models.Model):
     memory_mb = models.PositiveIntegerField(default=0, help_text="Host memory (or the container's limit).")
     cuda = models.CharField(max_length=32, blank=True)
     torch = models.CharField(max_length=64, blank=True)
+    gpu_checks = models.JSONField(default=list, blank=True,
+                                  help_text="Its GPUs' self-check as it started; a GPU that failed is not offered.")
     registered_at = models.DateTimeField(null=True, blank=True)
     last_seen = models.DateTimeField()
 

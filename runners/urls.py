@@ -7,6 +7,7 @@ app_name = "runners"
 urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run"),
     path("campaigns/", views.campaign_list, name="campaigns"),
+    path("workers/", views.workers, name="workers"),
     path("campaigns/new/", views.campaign_new, name="campaign_new"),
     path("campaigns/<int:pk>/", views.campaign_detail, name="campaign"),
     path("campaigns/<int:pk>/live/", views.campaign_live, name="campaign_live"),

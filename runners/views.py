@@ -24,6 +24,7 @@ from .actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_
 from .charts import loss_figure
 from .completed import cached_status_counts, completed_key
 from .detectors import all_plugins
+from .environments.routing import describe_worker
 from .failures import breakdown, failure_counts
 from .forms import CampaignForm, RetryForm
 from .models import (
@@ -35,6 +36,7 @@ from .models import (
     Run,
     RunFailureKind,
     RunStatus,
+    Worker,
     runs_for_listing,
 )
 from .permissions import TRIGGER_PERMISSION
@@ -153,6 +155,16 @@ def campaign_live(request, pk):
     """The live part of the campaign page, polled by the page while runs are queued or running."""
     campaign = get_object_or_404(visible_campaigns(request.user).select_related("created_by", "cancelled_by"), pk=pk)
     return render(request, "runners/campaign_live.html", campaign_context(request, campaign))
+
+
+@permission_required(TRIGGER_PERMISSION, raise_exception=True)
+def workers(request):
+    """The workers, live ones first: what each offers, its runs' share of the cores, and its GPUs' self-check."""
+    rows = Worker.objects.order_by("-last_seen", "hostname")
+    live = set(live_workers().values_list("pk", flat=True))
+    return render(request, "runners/workers.html", {
+        "workers": [(worker, worker.pk in live, describe_worker(worker)) for worker in rows[:200]],
+        "window": settings.SILENTBENCH_WORKER_SEEN_MINUTES})
 
 
 @permission_required(TRIGGER_PERMISSION, raise_exception=True)

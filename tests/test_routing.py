@@ -22,7 +22,7 @@ from runners.actions.campaigns import do_create_campaign
 from runners.actions.detectors import do_record_detector
 from runners.actions.runs import do_flag_unservable_runs
 from runners.actions.workers import current_environment, do_register_worker
-from runners.environments.host import gpu_inventory, host_capabilities, host_facts
+from runners.environments.host import forget_gpus, gpu_inventory, host_capabilities, host_facts
 from runners.environments.routing import (
     DevicesBusy,
     Needs,
@@ -117,7 +117,7 @@ def fake_nvidia_smi(directory, temperature=31):
 
 
 def forget_host():
-    gpu_inventory.cache_clear()
+    forget_gpus()
     host_facts.cache_clear()
 
 
@@ -348,11 +348,12 @@ def test_a_gpu_run_whose_gpus_stay_busy_goes_back_to_its_queue(two_gpus):
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_started_with_queues_auto_registers_and_pins_its_runs(two_gpus, tmp_path, settings):
+def test_a_worker_started_with_queues_auto_registers_and_pins_its_runs(two_gpus, tmp_path, monkeypatch):
     """A real `celery worker -Q auto` process derives its queues from (fake) nvidia-smi, registers them on
     start, and runs a two-GPU run with CUDA_VISIBLE_DEVICES=0,1."""
     app.control.purge()
     log = tmp_path / "worker.log"
+    monkeypatch.setenv("SILENTBENCH_GPU_SELF_CHECK", "false")  # fake GPUs: no CUDA here would pass the check
     process = start_worker(log, queues="auto", name="routing")
     try:
         deadline = time.monotonic() + 120
@@ -376,13 +377,14 @@ def test_a_worker_started_with_queues_auto_registers_and_pins_its_runs(two_gpus,
         stop_process(process)
 
 
-def test_queues_auto_gpu_leaves_cpu_runs_to_others_and_keeps_other_names(two_gpus):
+def test_queues_auto_gpu_leaves_cpu_runs_to_others_and_keeps_other_names(two_gpus, settings):
     from types import SimpleNamespace
 
     from celery import Celery
 
     from runners.worker.startup import consume_auto_queues
 
+    settings.SILENTBENCH_GPU_SELF_CHECK = False  # fake GPUs: no CUDA here would pass the check (test_gpu_check.py)
     worker_app = Celery("routing-test", set_as_current=False)
     worker_app.amqp.queues.select(["auto-gpu", "nightly"])
     consume_auto_queues(SimpleNamespace(app=worker_app))

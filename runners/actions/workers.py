@@ -9,8 +9,10 @@ from ..environments.python_environments import facts_in
 from ..models import Environment, PythonEnvironment, Worker
 
 
-def do_register_worker(name: str, queues: Iterable[str], concurrency: int = 1) -> Worker:
-    """Record a worker as it starts: the queues it consumes and what its host can serve."""
+def do_register_worker(name: str, queues: Iterable[str], concurrency: int = 1,
+                       gpu_checks: list[dict] | None = None) -> Worker:
+    """Record a worker as it starts: the queues it consumes, what its host can serve and how its GPUs' self-check
+    went (runners.environments.gpu_check)."""
     capabilities = host_capabilities()
     gpus = capabilities["gpus"]
     now = timezone.now()
@@ -20,7 +22,7 @@ def do_register_worker(name: str, queues: Iterable[str], concurrency: int = 1) -
         "gpu_model": ", ".join(dict.fromkeys(gpu["name"] for gpu in gpus)),
         "gpu_memory_mb": min((gpu["memory_mb"] for gpu in gpus), default=0),
         "memory_mb": capabilities["memory_mb"], "cuda": capabilities["cuda"] or capabilities["torch_cuda"],
-        "torch": capabilities["torch"],
+        "torch": capabilities["torch"], "gpu_checks": list(gpu_checks or []),
     })
     return worker
 

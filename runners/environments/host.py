@@ -41,10 +41,8 @@ def _nvidia_smi():
 
 
 @functools.cache
-def gpu_inventory():
-    """This host's GPUs as [{index, name, memory_mb, uuid}] from ``nvidia-smi --query-gpu``; [] without
-    a driver. A worker started with ``CUDA_VISIBLE_DEVICES=2,3`` offers only those (nvidia-smi's indices
-    are PCI bus order, as runs see them: the sandbox sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``)."""
+def _nvidia_smi_gpus():
+    """Every GPU ``nvidia-smi --query-gpu`` lists, as [{index, name, memory_mb, uuid}]; [] without a driver."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -60,6 +58,29 @@ def gpu_inventory():
         gpus.append({"index": int(cells[0]), "name": cells[1],
                      "memory_mb": int(float(memory)) if memory.replace(".", "", 1).isdigit() else 0,
                      "uuid": cells[3] if len(cells) > 3 else ""})
+    return gpus
+
+
+_withheld_gpus: set[int] = set()  # GPUs this worker's self-check failed (runners.environments.gpu_check)
+
+
+def withhold_gpus(indices):
+    """As a worker sets up (before its pool forks): the GPUs it does not offer, whatever nvidia-smi says."""
+    _withheld_gpus.clear()
+    _withheld_gpus.update(indices)
+
+
+def forget_gpus():
+    """Read nvidia-smi again on the next call, and withhold nothing (tests that change the host)."""
+    _nvidia_smi_gpus.cache_clear()
+    _withheld_gpus.clear()
+
+
+def gpu_inventory():
+    """This host's GPUs that this worker offers, as [{index, name, memory_mb, uuid}] from nvidia-smi; [] without
+    a driver. A worker started with ``CUDA_VISIBLE_DEVICES=2,3`` offers only those (nvidia-smi's indices are PCI bus
+    order, as runs see them: the sandbox sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), and none its self-check failed."""
+    gpus = [gpu for gpu in _nvidia_smi_gpus() if gpu["index"] not in _withheld_gpus]
     allowed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if allowed is not None and all(part.strip().isdigit() for part in allowed.split(",") if part.strip()):
         indices = {int(part) for part in allowed.split(",") if part.strip()}

@@ -10,9 +10,17 @@ from django.db import DatabaseError, connection
 
 from ..actions.workers import do_record_heartbeat, do_register_worker
 from ..detectors.base import PROBE_PRELOAD
-from ..environments.host import cores_per_run, host_capabilities, share_cores_among, usable_cores
+from ..environments.gpu_check import check_gpus
+from ..environments.host import (
+    cores_per_run,
+    gpu_inventory,
+    host_capabilities,
+    share_cores_among,
+    usable_cores,
+    withhold_gpus,
+)
 from ..environments.python_environments import EnvironmentBuildError, build_environment, do_advertise_environments
-from ..environments.routing import environment_of_queue, queues_for_worker, queues_in_environments
+from ..environments.routing import environment_of_queue, needs_of_queue, queues_for_worker, queues_in_environments
 from ..executor import Limits, ZygoteClient, describe_confinement, isolation_layers
 from ..models import PythonEnvironment
 from ..reconciler import do_requeue_runs_of_restarted_worker, reconcile
@@ -44,17 +52,52 @@ def _start_zygote():
 AUTO_QUEUES = {"auto": True, "auto-gpu": False}  # -Q value: with the cpu queue or without
 
 
+_gpu_checks: list[dict] = []  # this worker's self-check of its GPUs, recorded as it registers
+
+
+def check_own_gpus():
+    """Probe every GPU this host offers, sealed as a run holding it would be (runners.environments.gpu_check); a GPU
+    that fails is withheld from the worker's queues and leases, with the reason in the log and on its Worker row."""
+    checks = check_gpus(gpu_inventory())
+    withhold_gpus([check["index"] for check in checks if not check["passed"]])
+    for check in checks:
+        if check["passed"]:
+            logger.info("GPU %d (%s) passed its check in %.1f s", check["index"], check["name"], check["seconds"])
+        else:
+            logger.error("GPU %d (%s) is not offered: %s", check["index"], check["name"], check["reason"])
+    _gpu_checks[:] = checks
+
+
+def offers_gpus(selected):
+    """Whether a worker consuming ``selected`` (its -Q names) would take GPU runs on this host."""
+    return bool(gpu_inventory()) and any(name in AUTO_QUEUES or needs_of_queue(name).gpus for name in selected)
+
+
 def consume_auto_queues(instance):
     """``celery worker -Q auto`` (or ``auto-gpu``, which leaves CPU runs to others): consume every queue
     this host's capabilities can serve (runners.environments.routing). Called as the worker sets up, before it
-    consumes anything. Other names given with it (``-Q auto-gpu,x``) stay. Then, with
+    consumes anything. Other names given with it (``-Q auto-gpu,x``) stay. A worker that would take GPU runs first
+    checks its GPUs (check_own_gpus): GPU queues that only a GPU that failed could serve are dropped. Then, with
     any ``-Q``, the Python environments it serves are built and their queues added (consume_environment_queues)."""
     queues = instance.app.amqp.queues
+    selected = list(queues.consume_from or {})
+    if settings.SILENTBENCH_GPU_SELF_CHECK and offers_gpus(selected):
+        check_own_gpus()
+        servable = set(queues_for_worker(host_capabilities()))
+        kept = [name for name in selected if name in AUTO_QUEUES or not needs_of_queue(name).gpus or name in servable]
+        if kept != selected:
+            logger.error("not consuming %s: no GPU that passed its check can serve them",
+                         ", ".join(sorted(set(selected) - set(kept))))
+            queues.select(kept or ["cpu"])
     auto = [name for name in AUTO_QUEUES if name in (queues.consume_from or {})]
     if auto:
         named = [name for name in queues.consume_from if name not in AUTO_QUEUES]
         cpu = any(AUTO_QUEUES[name] for name in auto)
-        queues.select(list(dict.fromkeys(queues_for_worker(host_capabilities(), cpu=cpu) + named)))
+        chosen = list(dict.fromkeys(queues_for_worker(host_capabilities(), cpu=cpu) + named))
+        if not chosen:  # -Q auto-gpu on a node none of whose GPUs passed its check
+            logger.error("no GPU of this node passed its check: this worker serves the cpu queue instead")
+            chosen = ["cpu"]
+        queues.select(chosen)
     consume_environment_queues(queues)
 
 
@@ -79,7 +122,7 @@ def register_worker(sender):
     """As the worker is ready (``sender``: Celery's worker): record the queues it consumes, what its host offers
     (GPUs, memory, CUDA, torch) and the Python environments it serves besides the default one."""
     queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
-    worker = do_register_worker(sender.hostname, queues, sender.controller.concurrency)
+    worker = do_register_worker(sender.hostname, queues, sender.controller.concurrency, gpu_checks=_gpu_checks)
     served = {environment_of_queue(queue) for queue in queues} - {""}
     worker = do_advertise_environments(worker, PythonEnvironment.objects.filter(name__in=served))
     logger.info("registered %s: queues %s, %d GPU(s)", worker.hostname, ", ".join(queues), worker.gpu_count)
