@@ -96,3 +96,20 @@ def test_a_real_worker_on_gpus_that_fail_serves_cpu_and_shows_why(two_gpus, tmp_
     client.force_login(maintainer)
     page = client.get(reverse("runners:workers")).content.decode()
     assert "GPU 1" in page and "<strong>not offered</strong>: the CUDA driver library does not load" in page
+
+
+@pytest.mark.django_db
+def test_gpu_check_prints_every_probe_and_fails_on_a_node_whose_gpus_fail(two_gpus):  # noqa: F811
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    with pytest.raises(CommandError, match="not ready for GPU runs"):
+        call_command("gpu_check", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("node ") and "2 GPU(s) NVIDIA A100-SXM4-40GB" in lines[0]
+    assert lines[1].startswith("driver    550.54.15") and "sandbox   runs sealed" in lines[2]
+    probes = [line.split()[:3] for line in lines if line.startswith("          ")]
+    assert probes == [["0", "no", "FAILED:"], ["0", "yes", "FAILED:"], ["1", "no", "FAILED:"], ["1", "yes", "FAILED:"]]
+    assert lines[-1].startswith("runs      none: no GPU passed its sealed probe")

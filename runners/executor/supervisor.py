@@ -15,7 +15,6 @@ import pwd
 import select
 import shutil
 import signal
-import site
 import socket
 import sys
 import tempfile
@@ -405,9 +404,9 @@ def interpreter_paths(python: str | Path | None = None) -> list[str]:
     interpreter (``<env>/bin/python``), whose environment and base interpreter (its ``pyvenv.cfg``'s
     ``home``) are added; bound at their own paths, so what lies above them (``/root``) stays closed."""
     paths = {sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix), str(RUNNERS_DIR)}
-    # A node's system Python may hold torch outside its prefix (a user's site, a distribution's dist-packages)
-    paths |= {path for path in [*site.getsitepackages(), site.getusersitepackages()]
-              if path in sys.path and os.path.isdir(path)}
+    # Packages found outside its prefix: a user's site, a distribution's dist-packages, or the folders of a node's own
+    # Python that bin/gpu-check's environment reaches through a .pth file (that Python's CUDA build of torch)
+    paths |= {path for path in sys.path if path.endswith(("site-packages", "dist-packages")) and os.path.isdir(path)}
     if python is not None:
         prefix = Path(python).parent.parent
         paths |= {str(prefix), os.path.realpath(prefix)}

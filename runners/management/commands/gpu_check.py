@@ -1,0 +1,101 @@
+"""The check an operator runs on a new GPU node before it takes runs (``bin/gpu-check`` sets up its Python first).
+
+The CUDA probe of runners.environments.gpu_check on every GPU, unsealed and then sealed as a run holding it; then
+every CUDA reproducer of the catalog, buggy and fixed, through a real ``celery worker -Q auto-gpu`` on this node
+(which checks its GPUs again as it starts); then one table: the node (GPU, driver, CUDA, torch, the sandbox's
+layers), each probe, and each run's verdict and time. Exits 1 when a probe or a run did not do what it should: the
+sealed probe failing, a run failing, a buggy variant not showing its bug, a fixed one showing it.
+"""
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from core.cli import positive_int
+
+from ...actions.campaigns import do_create_campaign
+from ...actions.detectors import do_record_detector
+from ...environments.gpu_check import PROBE_MEMORY_MB, PROBE_SECONDS, probe_gpu
+from ...environments.host import gpu_inventory, host_facts
+from ...executor import Limits, describe_confinement
+from ...models import RunStatus
+from ...plans import CampaignPlan
+from ...progress import wait_for_campaign
+from ...selectors import runnable_versions
+from ...worker.local import local_worker, log_tail
+
+
+class Command(BaseCommand):
+    help = "Check this GPU node: the CUDA probe unsealed and sealed on each GPU, then every CUDA reproducer."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--bugs", help="only these bugs' CUDA reproducers (comma-separated IDs)")
+        parser.add_argument("--no-runs", action="store_true", help="the probes only")
+        parser.add_argument("--timeout", type=positive_int, default=420, help="seconds for the runs (default 420)")
+
+    def handle(self, *args, bugs=None, no_runs=False, timeout=420, **options):
+        facts, gpus = host_facts(), gpu_inventory()
+        import torch  # the node's own build: what the runs import
+
+        self.line(f"node      {facts['host']}: {len(gpus)} GPU(s) {', '.join(gpu['name'] for gpu in gpus) or '-'}")
+        self.line(f"driver    {facts['gpu_driver'] or '-'}, CUDA {facts['cuda'] or '-'}; torch {torch.__version__} "
+                  f"(CUDA {torch.version.cuda or 'none'})")
+        probe_limits = Limits(time_limit_seconds=PROBE_SECONDS, memory_mb=PROBE_MEMORY_MB)
+        self.line(f"sandbox   {describe_confinement(probe_limits)}")
+        if not gpus:
+            raise CommandError("nvidia-smi lists no GPU on this node (or is not installed): nothing to check.")
+        ok, usable = True, 0
+        self.line("\nprobe     GPU  sealed  verdict                        cuInit  matmul error  free MB   seconds")
+        for gpu in gpus:
+            for sealed in (False, True):
+                check = probe_gpu(gpu, sealed=sealed)
+                found = check["facts"]
+                self.line(f"          {gpu['index']:<4} {'yes' if sealed else 'no':<7} "
+                          f"{'passed' if check['passed'] else 'FAILED: ' + check['reason']:<30.200} "
+                          f"{fmt(found.get('cuinit'), 'd'):<7} {fmt(found.get('matmul_error'), '.1e'):<13} "
+                          f"{fmt(found.get('free_mb'), 'd'):<9} {check['seconds']:.1f}")
+                ok = ok and (check["passed"] or not sealed)
+                usable += check["passed"] and sealed
+        if not usable:
+            self.line("\nruns      none: no GPU passed its sealed probe, so a worker here would offer none")
+        elif not no_runs:
+            ok = self.runs(bugs.split(",") if bugs else None, usable, timeout) and ok
+        if not ok:
+            raise CommandError("this node is not ready for GPU runs: see the FAILED lines above")
+        self.line("\nthis node is ready for GPU runs")
+
+    def runs(self, bug_ids, gpu_count, timeout):
+        call_command("migrate", verbosity=0)
+        call_command("load_catalog", verbosity=0)
+        versions = runnable_versions(bug_ids, cuda=True)
+        if not versions:
+            raise CommandError("no CUDA reproducer in the catalog" + (f" for {', '.join(bug_ids)}" if bug_ids else ""))
+        plan = CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy", "fixed"], [0])
+        campaign = do_create_campaign(f"gpu-check {time.strftime('%Y-%m-%d %H:%M')}", plan, acting_user=None)
+        log = settings.VAR_DIR / "logs" / "gpu-check-worker.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with local_worker(log, queues="auto-gpu", name="gpu-check", concurrency=gpu_count) as worker:
+            def watchdog():
+                if worker.poll() is not None:
+                    raise CommandError(f"The worker exited:\n{log_tail(log)}")
+
+            wait_for_campaign(campaign, lambda line: None, timeout=timeout, watchdog=watchdog)
+        ok = True
+        self.line("\nrun       reproducer                     variant  status     verdict      seconds  reason")
+        for run in campaign.runs.select_related("reproducer_version__reproducer__bug").order_by("pk"):
+            expected = run.variant == "buggy"
+            right = run.status == RunStatus.SUCCEEDED and run.manifested == expected
+            verdict = ("-" if run.manifested is None else "manifested" if run.manifested else "clean")
+            seconds = f"{run.wall_seconds:.1f}" if run.wall_seconds is not None else "-"
+            self.line(f"          {str(run.reproducer_version.reproducer):<30.30} {run.variant:<8} {run.status:<10} "
+                      f"{verdict:<12} {seconds:<8} {'' if right else 'FAILED: '}{run.failure_reason[:200]}")
+            ok = ok and right
+        return ok
+
+    def line(self, text):
+        self.stdout.write(text)
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
