@@ -159,7 +159,7 @@ def campaign_live(request, pk):
 
 @permission_required(TRIGGER_PERMISSION, raise_exception=True)
 def workers(request):
-    """The workers, live ones first: what each offers, its runs' share of the cores, and its GPUs' self-check."""
+    """The workers, latest seen first: what each offers, its queues and concurrency, and its GPUs' self-check."""
     rows = Worker.objects.order_by("-last_seen", "hostname")
     live = set(live_workers().values_list("pk", flat=True))
     return render(request, "runners/workers.html", {

@@ -37,6 +37,7 @@ GOOD = {"cuinit": 0, "torch": "2.11.0+cu130", "cuda_available": True, "name": "N
     ({**GOOD, "cuda_available": False, "error": "torch.cuda.is_available() is False"},
      "torch.cuda.is_available() is False"),
     ({**GOOD, "matmul_error": 0.5}, "a matrix product on the GPU differs from the CPU's by 0.5 (relative)"),
+    ({**GOOD, "matmul_error": float("nan")}, "a matrix product on the GPU differs from the CPU's by nan (relative)"),
     ({**GOOD, "free_mb": 0}, "the GPU has no free memory"),
 ])
 def test_a_gpu_passes_only_when_cuda_starts_computes_right_and_has_memory(facts, reason):
@@ -51,20 +52,23 @@ def test_the_probe_runs_sealed_and_says_why_a_gpu_fails(two_gpus):  # noqa: F811
 
 
 @pytest.mark.django_db
-def test_a_worker_withholds_a_gpu_that_fails_and_offers_the_one_that_passes(two_gpus, monkeypatch):  # noqa: F811
+def test_a_worker_withholds_a_gpu_that_fails_and_offers_the_one_that_passes(two_gpus, monkeypatch,  # noqa: F811
+                                                                           settings):
     def probe(gpu, **options):  # GPU 0 passes (a stand-in: no GPU here), GPU 1 fails as the probe reports it
         facts = GOOD if gpu["index"] == 0 else {**GOOD, "cuinit": 304}
         return {"index": gpu["index"], "name": gpu["name"], "sealed": True, "passed": not verdict(facts),
                 "reason": verdict(facts), "facts": facts, "seconds": 1.0}
 
     monkeypatch.setattr(gpu_check, "probe_gpu", probe)
+    settings.SILENTBENCH_GPU_SELF_CHECK = True
     worker_app = Celery("gpu-check-test", set_as_current=False)
-    worker_app.amqp.queues.select(["auto", "gpu2"])
+    worker_app.amqp.queues.select(["auto", "gpu2", "gpu1.py3.11-torch2.11.0"])  # named: kept where servable
     try:
         startup.consume_auto_queues(SimpleNamespace(app=worker_app))
         assert [gpu["index"] for gpu in gpu_inventory()] == [0]  # leases take only the GPU that passed
         consumed = list(worker_app.amqp.queues.consume_from)
-        assert consumed == queues_for_worker(host_capabilities()) and "gpu1" in consumed and "gpu2" not in consumed
+        assert consumed == [*queues_for_worker(host_capabilities()), "gpu1.py3.11-torch2.11.0"]
+        assert "gpu1" in consumed and "gpu2" not in consumed
         assert [check["passed"] for check in startup._gpu_checks] == [True, False]
     finally:
         startup._gpu_checks.clear()  # this process is no worker: nothing of the check stays for other tests

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,9 +57,10 @@ def test_the_kernel_counts_a_runs_socket_buffers_against_its_memory():
 
 
 RESERVES_AND_TOUCHES = '''
-import mmap, sys
+import mmap, sys, time
 reserved = mmap.mmap(-1, {reserve_mb} * 2**20, prot=0)  # PROT_NONE: address space only, as CUDA reserves it
 touched = bytearray(b"x" * ({touch_mb} * 2**20))  # written: resident memory
+time.sleep(3)  # held long enough for the watch's samples
 oracle({{"reserved_mb": len(reserved) // 2**20, "touched_mb": len(touched) // 2**20}})
 '''
 
@@ -352,3 +354,18 @@ def test_a_reproducer_may_declare_more_open_files(settings):
 def test_the_workers_log_names_every_layer():
     line = describe_confinement(Limits(10, 512))
     assert "seccomp" in line and "session keyring" in line and "a cgroup v" in line, line
+
+
+def test_a_run_without_namespaces_is_limited_in_memory_too(monkeypatch, tmp_path):
+    """An operator's opt-in to runs without namespaces (no cgroup, no watch of a PID namespace): each process's
+    private writable memory is limited (RLIMIT_DATA), so 1 GB under 256 MB fails as memory."""
+    from runners.executor import run_sandboxed, supervisor
+    from runners.failures import program_failure
+
+    monkeypatch.setattr(supervisor, "isolation_layers", lambda: {"namespaces": [], "error": "unshare: not allowed"})
+    (tmp_path / "big.py").write_text("block = bytearray(b'x' * 2**30)\nprint('held', len(block))\n")
+    limits = Limits(time_limit_seconds=30, memory_mb=256, allow_unisolated=True)
+    result = run_sandboxed([sys.executable, str(tmp_path / "big.py")], tmp_path, {"HOME": str(tmp_path)}, limits)
+    assert "held" not in result.stdout
+    failure = program_failure(result, limits)
+    assert failure is not None and failure.kind == "memory", (failure, result.stderr[-2000:])

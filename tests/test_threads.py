@@ -13,11 +13,13 @@ from .factories import ReproducerVersionFactory, RunFactory
 pytestmark = pytest.mark.django_db
 
 THREADS_SEEN = '''
-import json, os, torch
+import json, os, numpy, torch
+from threadpoolctl import threadpool_info
+pools = {f"{pool['user_api']}:{pool['internal_api']}": pool["num_threads"] for pool in threadpool_info()}
 with open(os.environ["SILENTBENCH_REPORT"], "a") as report:
     report.write(json.dumps({"event": "oracle", "manifested": False, "evidence": {
         "torch": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
-        "mkl": os.environ.get("MKL_NUM_THREADS")}}) + "\\n")
+        "mkl": os.environ.get("MKL_NUM_THREADS"), "pools": pools}}) + "\\n")
 '''
 
 
@@ -57,7 +59,9 @@ def test_the_budget_reaches_openmp_mkl_and_torch_before_the_program_runs(start, 
     outcome = execute(RunFactory(reproducer_version=version_with(**needs)))
     assert outcome.succeeded, outcome.failure_reason
     assert outcome.execution["start"] == start
-    assert outcome.oracle["evidence"] == {"torch": 1, "omp": "1", "mkl": "1"}
+    evidence = outcome.oracle["evidence"]
+    assert (evidence["torch"], evidence["omp"], evidence["mkl"]) == (1, "1", "1")
+    assert "blas:openblas" in evidence["pools"] and set(evidence["pools"].values()) == {1}, evidence["pools"]
     assert outcome.execution["threads"] == 1
 
 
@@ -101,4 +105,4 @@ def test_a_real_worker_shares_its_cores_among_its_concurrent_runs(tmp_path):
         stop_process(process)
     run = campaign.runs.get()
     assert run.execution["threads"] == expected, (run.failure_reason, log_tail(log))
-    assert run.oracle_evidence["torch"] == expected
+    assert run.oracle_evidence["torch"] == expected and set(run.oracle_evidence["pools"].values()) == {expected}

@@ -7,12 +7,15 @@ CUDA_ERROR_OPERATING_SYSTEM), then torch: a matrix product on the GPU compared w
 memory. A GPU passes when all three hold.
 """
 import json
+import math
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from django.conf import settings
 
 from ..executor import Limits, run_sandboxed
 from .routing import device_nodes
@@ -60,11 +63,22 @@ def verdict(facts):
                                                            if facts.get("cuinit") == 304 else "")
     if facts.get("error"):
         return facts["error"]
-    if facts.get("matmul_error") is None or facts["matmul_error"] > MATMUL_TOLERANCE:
+    error = facts.get("matmul_error")
+    if error is None or not math.isfinite(error) or error > MATMUL_TOLERANCE:  # NaN compares as small
         return f"a matrix product on the GPU differs from the CPU's by {facts.get('matmul_error')} (relative)"
     if not facts.get("free_mb"):
         return "the GPU has no free memory"
     return ""
+
+
+def probe_limits():
+    """The probe's limits: a run's, as this worker's settings make them (its sandbox user, cgroups, whether it may
+    run without namespaces), with the probe's own time and memory. A cold start: warm runs fork from a zygote that
+    imported torch without touching CUDA, into the same sealed view."""
+    return Limits(time_limit_seconds=PROBE_SECONDS, memory_mb=PROBE_MEMORY_MB, threads=1,
+                  user=settings.SILENTBENCH_SANDBOX_USER, own_cgroup=settings.SILENTBENCH_RUN_CGROUPS,
+                  allow_unisolated=settings.SILENTBENCH_ALLOW_UNISOLATED, disk_mb=settings.SILENTBENCH_MAX_DISK_MB,
+                  max_processes=settings.SILENTBENCH_MAX_PROCESSES, open_files=settings.SILENTBENCH_OPEN_FILES)
 
 
 def probe_gpu(gpu, sealed=True):
@@ -76,10 +90,10 @@ def probe_gpu(gpu, sealed=True):
     with tempfile.TemporaryDirectory(prefix=f"gpu-check-{index}-") as folder:
         (Path(folder) / "probe.py").write_text(CUDA_PROBE)
         env["HOME"] = folder
-        limits = Limits(time_limit_seconds=PROBE_SECONDS, memory_mb=PROBE_MEMORY_MB, threads=1)
+        limits = probe_limits()
         if sealed:
             result = run_sandboxed([sys.executable, "probe.py"], folder, env, limits, devices=device_nodes([index]))
-            ended, stdout, stderr = result.ending(), result.stdout, result.stderr
+            ended, stdout, stderr = result.ending(), result.stdout, result.refused or result.stderr
         else:
             try:
                 done = subprocess.run([sys.executable, "probe.py"], cwd=folder, env=env, capture_output=True, text=True,

@@ -24,7 +24,8 @@ network namespace with nothing but its own loopback.
 
 A run that holds devices (leased GPUs) sees what CUDA's driver needs besides their nodes, and a CPU run does not:
 ``/sys``, read-only (``cuInit`` fails with CUDA_ERROR_OPERATING_SYSTEM without it): a sysfs of its own, which shows
-only its own network namespace's interfaces, or, where the kernel refuses one, the host's bound read-only; and
+only its own network namespace's interfaces, or, where the kernel refuses one, the host's folders of devices and
+drivers bound read-only (``SYS_OF_DEVICES``); and
 writes beneath its own ``/proc`` (the driver names its threads in ``/proc/<pid>/task/<tid>/comm``, and ``cuInit``
 fails when Landlock refuses that; the kernel still lets a process write only its own entries there).
 """
@@ -52,6 +53,9 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives",
              "ssl", "mime.types")
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Where the kernel refuses a run a sysfs of its own, the host's folders of devices and drivers, read-only: not
+# /sys/fs nor /sys/kernel, where the host's cgroups, debugfs and securityfs are mounted.
+SYS_OF_DEVICES = ("devices", "bus", "class", "dev", "module")
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -83,6 +87,7 @@ class SandboxSpec:
     file_size_mb: int = 256
     max_processes: int = 512  # processes and threads, counted in the run's own user namespace
     open_files: int = 4096  # per process (RLIMIT_NOFILE)
+    data_mb: int = 0  # per process (RLIMIT_DATA), where no cgroup limits the run's memory; 0: none
     threads: int = 0  # torch's intra-op threads in a warm start (the environment says so to a cold one); 0: as is
     disk_mb: int = 1024  # the run directory, /tmp and /dev/shm together
     copy_out_mb: int = 1024
@@ -255,7 +260,8 @@ def _program(spec: SandboxSpec, run_warm: Callable[[SandboxSpec], NoReturn]) -> 
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
-        confine(spec.workdir, spec.file_size_mb, spec.max_processes, spec.open_files, holds_devices=bool(spec.devices))
+        confine(spec.workdir, spec.file_size_mb, spec.max_processes, spec.open_files, holds_devices=bool(spec.devices),
+                data_mb=spec.data_mb)
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
         run_warm(spec)
@@ -354,12 +360,14 @@ def _build_root(spec: SandboxSpec, workdir_fd: int) -> None:
 
 
 def _sys(target: Path) -> None:
-    """A read-only sysfs for a run that holds devices: its own, else the host's."""
+    """A read-only sysfs for a run that holds devices: its own, else the host's device folders (``SYS_OF_DEVICES``)."""
     target.mkdir()
     try:
         _mount("sysfs", target, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:  # a container's masked paths (a tmpfs over /sys/firmware) make the kernel refuse a new one
-        _bind("/sys", target)
+        for name in SYS_OF_DEVICES:
+            if os.path.isdir(f"/sys/{name}"):
+                _bind(f"/sys/{name}", target / name)
 
 
 def _etc(root: Path) -> None:

@@ -162,6 +162,9 @@ def _run_isolated(cwd: Path, argv: list[str], env: dict[str, str], limits: Limit
         warm=warm,
         file_size_mb=limits.file_size_mb,
         max_processes=limits.max_processes, open_files=limits.open_files, threads=limits.threads,
+        # No cgroup to limit its memory: each process's private writable memory backs the watch (not for a GPU run,
+        # whose driver's mappings were never measured against it)
+        data_mb=0 if (limits.own_cgroup and cgroup_support().version) or devices else limits.memory_mb,
         disk_mb=limits.disk_mb, copy_out_mb=limits.disk_mb,
         read_only=interpreter_paths(python),
         devices=list(devices),

@@ -1,14 +1,15 @@
 """Programs run without namespaces, where this kernel or container offers none and the operator opted in
 (``Limits.allow_unisolated``): the older confinement.
 
-From the outside in: its own session and process group (killed as a whole); rlimits for memory, file size, core
-dumps and processes; death with the process that started it (``PR_SET_PDEATHSIG``), so a worker killed with -9
-leaves no reproducer behind; an unprivileged user when the worker is root (``Limits.user``); and a Landlock
-ruleset, which needs no privilege (it works as uid 1000 in Docker, whose default seccomp profile allows it): the
-program may write only under its own directory and ``/dev`` (``/dev/null``, ``/dev/shm``, GPU devices), and (ABI 6)
-may not signal processes outside its sandbox, such as the worker. Landlock does not stop it from reading files, nor
-``/proc/<worker>/environ`` when it runs as the worker's user: for that the worker hides itself
-(runners.executor.hardening), and a root worker's reproducers lose ``CAP_SYS_PTRACE``.
+From the outside in: its own session and process group (killed as a whole); rlimits for memory (each process's
+private writable memory, RLIMIT_DATA: there is no total), file size, core dumps and processes; death with the
+process that started it (``PR_SET_PDEATHSIG``), so a worker killed with -9 leaves no reproducer behind; an
+unprivileged user when the worker is root (``Limits.user``); and a Landlock ruleset, which needs no privilege (it
+works as uid 1000 in Docker, whose default seccomp profile allows it): the program may write only under its own
+directory and ``/dev`` (``/dev/null``, ``/dev/shm``, GPU devices), and (ABI 6) may not signal processes outside its
+sandbox, such as the worker. Landlock does not stop it from reading files, nor ``/proc/<worker>/environ`` when it
+runs as the worker's user: for that the worker hides itself (runners.executor.hardening), and a root worker's
+reproducers lose ``CAP_SYS_PTRACE``.
 """
 import io
 import logging

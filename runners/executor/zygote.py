@@ -111,6 +111,13 @@ class ZygoteClient:
             return client
 
     @classmethod
+    def close_all(cls) -> None:
+        """Stop every zygote of this process (a worker's main process after its GPU check, before its pool forks)."""
+        with cls._lock:
+            while cls._shared:
+                cls._shared.popitem()[1].close()
+
+    @classmethod
     def _close_oldest(cls, keys: list[tuple[Preload, str | None]], keep: int, adding: bool | str | None) -> None:
         """Close the oldest of ``keys`` (in the order they started) so that at most ``keep`` stay with the new one."""
         if adding:
@@ -282,9 +289,8 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     code = 0
     for hook in _run_start_hooks:
         hook()
-    torch = sys.modules.get("torch")
-    if spec.threads and torch is not None:  # imported before the budget was known: its pool is sized now
-        torch.set_num_threads(spec.threads)
+    if spec.threads:
+        _limit_threads(spec.threads)
     try:
         if spec.start_hook:  # the probe of an instrumented run: before the script, with the run's key in memory
             module, _, function = spec.start_hook.partition(":")
@@ -307,6 +313,20 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def _limit_threads(threads: int) -> None:
+    """A warm child's libraries were loaded by its zygote before the run's thread budget was known (the variables of
+    runners.executor.limits came too late for them): size their pools now, torch's and, through threadpoolctl,
+    OpenMP's, MKL's and OpenBLAS's (numpy's)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # another Python environment without it: torch's pool only (the run records its budget)
+        return
+    threadpool_limits(threads)
 
 
 def _exit_code(code: str | int | None) -> int:

@@ -20,7 +20,13 @@ from ..environments.host import (
     withhold_gpus,
 )
 from ..environments.python_environments import EnvironmentBuildError, build_environment, do_advertise_environments
-from ..environments.routing import environment_of_queue, needs_of_queue, queues_for_worker, queues_in_environments
+from ..environments.routing import (
+    ENVIRONMENT_SEPARATOR,
+    environment_of_queue,
+    needs_of_queue,
+    queues_for_worker,
+    queues_in_environments,
+)
 from ..executor import Limits, ZygoteClient, describe_confinement, isolation_layers
 from ..models import PythonEnvironment
 from ..reconciler import do_requeue_runs_of_restarted_worker, reconcile
@@ -59,6 +65,7 @@ def check_own_gpus():
     """Probe every GPU this host offers, sealed as a run holding it would be (runners.environments.gpu_check); a GPU
     that fails is withheld from the worker's queues and leases, with the reason in the log and on its Worker row."""
     checks = check_gpus(gpu_inventory())
+    ZygoteClient.close_all()  # the probes' launcher: pool processes start their own, and it would idle here for ever
     withhold_gpus([check["index"] for check in checks if not check["passed"]])
     for check in checks:
         if check["passed"]:
@@ -84,7 +91,8 @@ def consume_auto_queues(instance):
     if settings.SILENTBENCH_GPU_SELF_CHECK and offers_gpus(selected):
         check_own_gpus()
         servable = set(queues_for_worker(host_capabilities()))
-        kept = [name for name in selected if name in AUTO_QUEUES or not needs_of_queue(name).gpus or name in servable]
+        kept = [name for name in selected if name in AUTO_QUEUES or not needs_of_queue(name).gpus
+                or name.partition(ENVIRONMENT_SEPARATOR)[0] in servable]
         if kept != selected:
             logger.error("not consuming %s: no GPU that passed its check can serve them",
                          ", ".join(sorted(set(selected) - set(kept))))
@@ -94,7 +102,7 @@ def consume_auto_queues(instance):
         named = [name for name in queues.consume_from if name not in AUTO_QUEUES]
         cpu = any(AUTO_QUEUES[name] for name in auto)
         chosen = list(dict.fromkeys(queues_for_worker(host_capabilities(), cpu=cpu) + named))
-        if not chosen:  # -Q auto-gpu on a node none of whose GPUs passed its check
+        if not chosen and _gpu_checks:  # -Q auto-gpu on a node none of whose GPUs passed its check
             logger.error("no GPU of this node passed its check: this worker serves the cpu queue instead")
             chosen = ["cpu"]
         queues.select(chosen)

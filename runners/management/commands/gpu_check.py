@@ -66,6 +66,12 @@ class Command(BaseCommand):
         self.line("\nthis node is ready for GPU runs")
 
     def runs(self, bug_ids, gpu_count, timeout):
+        embedded = (settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+                    and settings.CELERY_BROKER_URL.startswith("filesystem://"))
+        if not embedded:  # its worker would take the lab's real GPU runs, and its campaign land in the lab's database
+            raise CommandError("The runs of gpu_check use a database and a broker of their own (SQLite and the "
+                               "filesystem broker): run it through bin/gpu-check, or without DATABASE_URL and "
+                               "CELERY_BROKER_URL, or with --no-runs.")
         call_command("migrate", verbosity=0)
         call_command("load_catalog", verbosity=0)
         versions = runnable_versions(bug_ids, cuda=True)
