@@ -190,6 +190,7 @@ SURFACES = [
     Surface("runners:campaign_live", {"pk": "mixed"}, maintainer_sees=ID),
     Surface("runners:campaign_live", {"pk": "verification"}, MAINTAINERS_ONLY, maintainer_sees=ID),
     Surface("runners:campaign_new", expected=statuses(200, 403, 403), maintainer_sees=ID),
+    Surface("runners:workers", expected=statuses(200, 403, 403)),  # hosts, queues, GPU checks: no bug
     Surface("runners:campaign_cancel", {"pk": "mixed"}, statuses(302, 403, 403), method="post"),
     Surface("runners:campaign_retry", {"pk": "mixed"}, statuses(302, 403, 403), method="post"),
     # --- detector submissions (their scoring campaigns are campaigns as above) ---

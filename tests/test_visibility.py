@@ -160,6 +160,7 @@ CASES = [
     Case("runners:campaign_live", {"pk": "hidden_campaign"}, HIDDEN),
     Case("runners:campaign_new", {}, MAINTAINERS),
     Case("runners:campaign_new", {}, MAINTAINERS, method="post"),
+    Case("runners:workers", {}, MAINTAINERS),
     Case("runners:campaign_cancel", {"pk": "public_campaign"}, expect(403, 403, 403, 302), method="post"),
     Case("runners:campaign_retry", {"pk": "hidden_campaign"}, expect(403, 403, 403, 302), method="post"),
     # --- results ---
