@@ -57,25 +57,49 @@ def test_the_kernel_counts_a_runs_socket_buffers_against_its_memory():
 
 
 RESERVES_AND_TOUCHES = '''
-import mmap, sys, time
+import mmap, os, sys, time
 reserved = mmap.mmap(-1, {reserve_mb} * 2**20, prot=0)  # PROT_NONE: address space only, as CUDA reserves it
-touched = bytearray(b"x" * ({touch_mb} * 2**20))  # written: resident memory
-time.sleep(3)  # held long enough for the watch's samples
-oracle({{"reserved_mb": len(reserved) // 2**20, "touched_mb": len(touched) // 2**20}})
+children = []
+for _ in range({parts} - 1):  # the rest of the memory in processes of their own, each under any per-process limit
+    pid = os.fork()
+    if pid == 0:
+        held = b"x" * ({touch_mb} // {parts} * 2**20)
+        time.sleep(4)
+        os._exit(0)
+    children.append(pid)
+touched = b"x" * ({touch_mb} // {parts} * 2**20)  # written: resident memory
+time.sleep(4)  # held long enough for the watch's samples
+for pid in children:
+    os.waitpid(pid, 0)
+oracle({{"reserved_mb": len(reserved) // 2**20, "touched_mb": len(touched) // 2**20 * {parts}}})
 '''
 
 
 @pytest.mark.parametrize("own_cgroup", [True, False], ids=["cgroup", "watch"])
 def test_address_space_is_not_memory_but_memory_is(own_cgroup, settings):
     """The limit of record is what a run holds, by its cgroup or by the watch of its processes' PSS, never its
-    address space: a CUDA process reserves tens of GB it never touches, and RLIMIT_AS had broken CUDA."""
+    address space: a CUDA process reserves tens of GB it never touches, and RLIMIT_AS had broken CUDA. The 1.5 GB
+    are held by three processes of 512 MB, each under the per-process backstop (RLIMIT_DATA) of a run without a
+    cgroup: the total is what fails."""
     settings.SILENTBENCH_RUN_CGROUPS = own_cgroup
-    reserving = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=16384, touch_mb=50), memory_mb=1024))
+    reserving = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=16384, touch_mb=50, parts=1),
+                                    memory_mb=1024))
     assert evidence_of(reserving) == {"reserved_mb": 16384, "touched_mb": 50}
     assert any(layer.startswith("cgroup v") for layer in reserving.execution["layers"]) == own_cgroup
-    touching = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=1, touch_mb=1536), memory_mb=1024))
+    touching = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=1, touch_mb=1536, parts=3),
+                                   memory_mb=1024))
     assert (touching.succeeded, touching.failure_kind) == (False, "memory"), touching.failure_reason
     assert touching.failure_reason.startswith("Out of memory: exceeded the memory limit of 1024 MB")
+    assert "MemoryError" not in touching.stderr  # the total was stopped, not one process's allocation
+
+
+def test_a_process_may_not_take_more_than_the_run_between_two_samples_of_the_watch(settings):
+    """Without a cgroup, the watch samples; one process writing 1.5 GB under 1024 MB is stopped as it allocates
+    (RLIMIT_DATA beyond what the warm start inherited from its zygote), not a second later."""
+    settings.SILENTBENCH_RUN_CGROUPS = False
+    outcome = execute(hostile_run(RESERVES_AND_TOUCHES.format(reserve_mb=1, touch_mb=1536, parts=1), memory_mb=1024))
+    assert (outcome.succeeded, outcome.failure_kind) == (False, "memory"), outcome.failure_reason
+    assert "MemoryError" in outcome.stderr
 
 
 def test_a_run_cannot_raise_its_open_files_and_runs_out_of_them():

@@ -104,19 +104,15 @@ def landlock_writes_only_under(paths: list[str]) -> None:
         os.close(ruleset)
 
 
-def set_rlimits(file_size_mb: int, max_processes: int, open_files: int, data_mb: int = 0) -> None:
+def set_rlimits(file_size_mb: int, max_processes: int, open_files: int) -> None:
     """This process's limits, inherited by what it starts: file size, no core dumps, processes and threads
     (counted per user; in a sealed run, per user of the run's own user namespace), open files (never above the
-    worker's own hard limit), and with ``data_mb`` its private writable memory (RLIMIT_DATA).
+    worker's own hard limit).
 
     No address-space limit (RLIMIT_AS): address space is not memory (CUDA reserves tens of GB of it, glibc 64 MB per
     thread's arena), and a limit on it broke CUDA and CUDA builds of torch; memory is limited by the run's cgroup or
-    the worker's watch. RLIMIT_DATA, which counts what a process may write (not PROT_NONE reservations), backs the
-    watch where no cgroup limits the run: the watch samples, and a process could otherwise take the host's memory
-    between two samples."""
+    the worker's watch, and where no cgroup limits it, by ``limit_private_memory`` too."""
     file_size = file_size_mb * 1024 * 1024
-    if data_mb:
-        resource.setrlimit(resource.RLIMIT_DATA, (data_mb * 1024 * 1024,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
@@ -125,13 +121,33 @@ def set_rlimits(file_size_mb: int, max_processes: int, open_files: int, data_mb:
     resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
 
+def _private_memory_bytes() -> int:
+    """This process's private writable memory as RLIMIT_DATA counts it (``VmData``)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
+
+
+def limit_private_memory(data_mb: int, beyond_held: bool) -> None:
+    """Let this process (and what it starts) write at most ``data_mb`` of private memory (RLIMIT_DATA, which counts
+    what a process may write, not PROT_NONE reservations), ``beyond_held``: more than it holds now (a warm start,
+    which inherits its zygote's torch and runs on; not a process about to exec, which drops what it holds).
+    The backstop of the worker's watch where no cgroup limits the run: the watch samples, and a process could take
+    the host's memory between two samples. Never above the worker's own hard limit. Set last, once nothing of the
+    confinement needs to allocate."""
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    limit = (_private_memory_bytes() if beyond_held else 0) + data_mb * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
 def confine(home: str, file_size_mb: int, max_processes: int, open_files: int, holds_devices: bool = False,
-            data_mb: int = 0) -> None:
+            data_mb: int = 0, warm: bool = False) -> None:
     """In a sealed run's program, as root of its user namespace: rlimits, then no capability left in any set and
     none to regain (bounding set, ambient), the program's own user, no_new_privs, Landlock (writes beneath
     ``home``, ``/tmp`` and ``/dev`` only, and the run's own ``/proc`` when it ``holds_devices``: CUDA's driver names
     its threads there), a session keyring of its own and, last, the system-call filter (runners.executor.seccomp)."""
-    set_rlimits(file_size_mb, max_processes, open_files, data_mb)
+    set_rlimits(file_size_mb, max_processes, open_files)
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
         check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
@@ -147,14 +163,16 @@ def confine(home: str, file_size_mb: int, max_processes: int, open_files: int, h
     seccomp.join_session_keyring()
     if seccomp.available():
         seccomp.install()
+    if data_mb:
+        limit_private_memory(data_mb, beyond_held=warm)
 
 
-def confine_unisolated(limits: Limits, writable: str, parent_pid: int) -> Callable[[], None]:
+def confine_unisolated(limits: Limits, writable: str, parent_pid: int, data_mb: int) -> Callable[[], None]:
     """The set-up of a program run without namespaces, between fork and exec (after Popen switched to the
     sandbox's user): rlimits, death with its starter, no CAP_SYS_PTRACE for a root program, Landlock, a session
     keyring of its own and the system-call filter."""
     def preexec() -> None:
-        set_rlimits(limits.file_size_mb, limits.max_processes, limits.open_files, data_mb=limits.memory_mb)
+        set_rlimits(limits.file_size_mb, limits.max_processes, limits.open_files)
         # Die with the thread that started us (a worker killed -9). Set after the change of user, which
         # clears it; and if that parent is already gone, die now.
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -166,5 +184,7 @@ def confine_unisolated(limits: Limits, writable: str, parent_pid: int) -> Callab
         seccomp.join_session_keyring()
         if seccomp.available():
             seccomp.install()
+        if data_mb:
+            limit_private_memory(data_mb, beyond_held=False)
 
     return preexec

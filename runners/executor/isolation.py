@@ -261,7 +261,7 @@ def _program(spec: SandboxSpec, run_warm: Callable[[SandboxSpec], NoReturn]) -> 
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         os.chdir(spec.cwd)
         confine(spec.workdir, spec.file_size_mb, spec.max_processes, spec.open_files, holds_devices=bool(spec.devices),
-                data_mb=spec.data_mb)
+                data_mb=spec.data_mb, warm=spec.warm)
         if not spec.warm:
             os.execve(spec.argv[0], spec.argv, spec.env)
         run_warm(spec)

@@ -62,7 +62,7 @@ def run_sandboxed(argv: list[str], workdir: str | Path, env: dict[str, str], lim
                              refused=layers["error"])
     if alarm_key:  # no warm start without namespaces: a cold probe takes the key from its environment
         env = {**env, "SILENTBENCH_ALARM_KEY": alarm_key}
-    result = run_unisolated(argv, workdir, env, limits)
+    result = run_unisolated(argv, workdir, env, limits, data_mb=0 if devices else limits.memory_mb)
     result.started_warm = False
     result.layers = ["landlock"] if landlock_abi() else []
     result.notes.append("Not sealed in namespaces (this worker's operator allowed it): " + layers["error"])

@@ -99,11 +99,13 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def run_unisolated(argv: list[str], workdir: str | Path, env: dict[str, str], limits: Limits) -> SandboxResult:
+def run_unisolated(argv: list[str], workdir: str | Path, env: dict[str, str], limits: Limits,
+                   data_mb: int) -> SandboxResult:
     """The confinement without namespaces (see the module's docstring): an operator's opt-in.
 
     The program may write only beneath its home (``env["HOME"]``, else ``workdir``): the run's own
-    directory. It dies if the calling thread ends, so call this from a thread that waits for it.
+    directory. It dies if the calling thread ends, so call this from a thread that waits for it. ``data_mb``: each
+    process's private writable memory (RLIMIT_DATA), its only memory limit here; 0 for none (a GPU run).
     """
     hide_from_reproducers()
     writable = Path(env.get("HOME") or workdir)
@@ -122,7 +124,7 @@ def run_unisolated(argv: list[str], workdir: str | Path, env: dict[str, str], li
         user=account.pw_uid if account else None,
         group=account.pw_gid if account else None,
         extra_groups=[] if account else None,
-        preexec_fn=confine_unisolated(limits, str(writable), os.getpid()),
+        preexec_fn=confine_unisolated(limits, str(writable), os.getpid(), data_mb),
     )
     # Popen made them buffered readers (the default bufsize); its stubs say only IO[bytes] | None.
     stdout, stderr = cast(io.BufferedReader, process.stdout), cast(io.BufferedReader, process.stderr)

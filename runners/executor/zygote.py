@@ -34,6 +34,7 @@ import tempfile
 import threading
 import traceback
 import types
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn, Protocol
 
 from .isolation import SandboxSpec, launch
+from .limits import thread_environment
 
 REQUEST_BYTES = 1 << 20
 MAX_ZYGOTES_WITH_ARGUMENT = 2  # per process: instrumented zygotes are keyed by the fit; older ones are closed
@@ -132,6 +134,9 @@ class ZygoteClient:
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()}
         env.update({name: os.environ[name] for name in ZYGOTE_ENV_PASSED if name in os.environ})
         env.update(COMPILER_ENV)
+        # One thread per library in the zygote: each thread OpenBLAS starts holds memory every fork would inherit
+        # (about 41 MB); a warm child sizes its pools to its run's budget (_limit_threads).
+        env.update(thread_environment(1))
         env.update(preload.env)
         self.log = tempfile.TemporaryFile()
         self.argument_file = None
@@ -289,8 +294,7 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     code = 0
     for hook in _run_start_hooks:
         hook()
-    if spec.threads:
-        _limit_threads(spec.threads)
+    _limit_threads(spec.threads or len(os.sched_getaffinity(0)))  # 0: the libraries' default, one per core
     try:
         if spec.start_hook:  # the probe of an instrumented run: before the script, with the run's key in memory
             module, _, function = spec.start_hook.partition(":")
@@ -324,9 +328,14 @@ def _limit_threads(threads: int) -> None:
         torch.set_num_threads(threads)
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # another Python environment without it: torch's pool only (the run records its budget)
+    except ImportError:  # another Python environment without it: torch's pool only, the others keep the zygote's one
         return
-    threadpool_limits(threads)
+    with warnings.catch_warnings():  # threadpoolctl warns of some pairs of OpenMP libraries: not the run's output
+        warnings.simplefilter("ignore")
+        try:
+            threadpool_limits(threads)
+        except Exception:  # noqa: BLE001 - best effort: the run goes on with the pools as they are
+            pass
 
 
 def _exit_code(code: str | int | None) -> int:

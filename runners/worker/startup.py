@@ -102,8 +102,9 @@ def consume_auto_queues(instance):
         named = [name for name in queues.consume_from if name not in AUTO_QUEUES]
         cpu = any(AUTO_QUEUES[name] for name in auto)
         chosen = list(dict.fromkeys(queues_for_worker(host_capabilities(), cpu=cpu) + named))
-        if not chosen and _gpu_checks:  # -Q auto-gpu on a node none of whose GPUs passed its check
-            logger.error("no GPU of this node passed its check: this worker serves the cpu queue instead")
+        if not chosen:  # -Q auto-gpu on a node with no GPU, or none that passed its check
+            logger.error("no GPU of this node %s: this worker serves the cpu queue instead",
+                         "passed its check" if _gpu_checks else "is offered (nvidia-smi lists none)")
             chosen = ["cpu"]
         queues.select(chosen)
     consume_environment_queues(queues)

@@ -16,9 +16,9 @@ from core.cli import positive_int
 
 from ...actions.campaigns import do_create_campaign
 from ...actions.detectors import do_record_detector
-from ...environments.gpu_check import PROBE_MEMORY_MB, PROBE_SECONDS, probe_gpu
+from ...environments.gpu_check import probe_gpu, probe_limits
 from ...environments.host import gpu_inventory, host_facts
-from ...executor import Limits, describe_confinement
+from ...executor import describe_confinement
 from ...models import RunStatus
 from ...plans import CampaignPlan
 from ...progress import wait_for_campaign
@@ -32,17 +32,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--bugs", help="only these bugs' CUDA reproducers (comma-separated IDs)")
         parser.add_argument("--no-runs", action="store_true", help="the probes only")
+        parser.add_argument("--scratch", action="store_true",
+                            help="the database, broker and run directories are this check's own (bin/gpu-check "
+                                 "passes it): only then are the runs made, never in a lab's own")
         parser.add_argument("--timeout", type=positive_int, default=420, help="seconds for the runs (default 420)")
 
-    def handle(self, *args, bugs=None, no_runs=False, timeout=420, **options):
+    def handle(self, *args, bugs=None, no_runs=False, scratch=False, timeout=420, **options):
         facts, gpus = host_facts(), gpu_inventory()
         import torch  # the node's own build: what the runs import
 
         self.line(f"node      {facts['host']}: {len(gpus)} GPU(s) {', '.join(gpu['name'] for gpu in gpus) or '-'}")
         self.line(f"driver    {facts['gpu_driver'] or '-'}, CUDA {facts['cuda'] or '-'}; torch {torch.__version__} "
                   f"(CUDA {torch.version.cuda or 'none'})")
-        probe_limits = Limits(time_limit_seconds=PROBE_SECONDS, memory_mb=PROBE_MEMORY_MB)
-        self.line(f"sandbox   {describe_confinement(probe_limits)}")
+        self.line(f"sandbox   {describe_confinement(probe_limits())}")
         if not gpus:
             raise CommandError("nvidia-smi lists no GPU on this node (or is not installed): nothing to check.")
         ok, usable = True, 0
@@ -60,18 +62,18 @@ class Command(BaseCommand):
         if not usable:
             self.line("\nruns      none: no GPU passed its sealed probe, so a worker here would offer none")
         elif not no_runs:
-            ok = self.runs(bugs.split(",") if bugs else None, usable, timeout) and ok
+            ok = self.runs(bugs.split(",") if bugs else None, usable, timeout, scratch) and ok
         if not ok:
             raise CommandError("this node is not ready for GPU runs: see the FAILED lines above")
         self.line("\nthis node is ready for GPU runs")
 
-    def runs(self, bug_ids, gpu_count, timeout):
+    def runs(self, bug_ids, gpu_count, timeout, scratch):
         embedded = (settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
                     and settings.CELERY_BROKER_URL.startswith("filesystem://"))
-        if not embedded:  # its worker would take the lab's real GPU runs, and its campaign land in the lab's database
-            raise CommandError("The runs of gpu_check use a database and a broker of their own (SQLite and the "
-                               "filesystem broker): run it through bin/gpu-check, or without DATABASE_URL and "
-                               "CELERY_BROKER_URL, or with --no-runs.")
+        if not (scratch and embedded):  # its worker would take a lab's GPU runs, and its campaign land in its database
+            raise CommandError("The runs of gpu_check need a database and a broker of their own (SQLite and the "
+                               "filesystem broker in a folder of the check's): run bin/gpu-check, which makes them, "
+                               "or give --no-runs.")
         call_command("migrate", verbosity=0)
         call_command("load_catalog", verbosity=0)
         versions = runnable_versions(bug_ids, cuda=True)
