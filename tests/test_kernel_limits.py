@@ -297,11 +297,14 @@ def run_cgroups():
 
 
 def test_a_runs_cgroup_is_rooted_at_its_own_and_removed_after_it():
-    before = run_cgroups()  # an earlier test's killed worker may have left some (removed once they are stale)
+    """The run executes in this process, whose PID names its cgroup; other processes' runs (a killed worker's
+    leftovers, another suite on the machine) are not this test's."""
+    mine = f"{cgroups.RUN_PREFIX}{os.getpid()}-"
+    before = {path for path in run_cgroups() if os.path.basename(path).startswith(mine)}
     evidence = evidence_of(execute(hostile_run('oracle({"cgroup": open("/proc/self/cgroup").read()})')))
     lines = evidence["cgroup"].split()
     assert lines and all(line.endswith(":/") for line in lines), lines  # its own cgroup namespace, at its cgroup
-    assert run_cgroups() <= before
+    assert {path for path in run_cgroups() if os.path.basename(path).startswith(mine)} <= before
 
 
 def test_the_empty_cgroups_of_a_dead_worker_are_removed_once_stale():
