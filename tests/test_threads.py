@@ -1,11 +1,14 @@
 """Each run's CPU threads: its share of the worker's cores, set for OpenMP, MKL and torch before the program runs,
 warm or cold; more where the reproducer declares more; recorded on the run and shown on its page."""
+import sys
+
 import pytest
 from django.urls import reverse
 
 from bugs.submissions import manifest_problems
 from runners.environments import host
 from runners.execution import execute, run_threads
+from runners.executor import Limits, Preload, run_sandboxed
 from runners.tasks import execute_run
 
 from .factories import ReproducerVersionFactory, RunFactory
@@ -63,6 +66,18 @@ def test_the_budget_reaches_openmp_mkl_and_torch_before_the_program_runs(start, 
     assert (evidence["torch"], evidence["omp"], evidence["mkl"]) == (1, "1", "1")
     assert "blas:openblas" in evidence["pools"] and set(evidence["pools"].values()) == {1}, evidence["pools"]
     assert outcome.execution["threads"] == 1
+
+
+def test_a_preload_that_wraps_torch_does_not_take_the_budget_through_its_wrapper(tmp_path):
+    """TrainCheck's instrumented zygote wraps torch's functions, and its tracer fails when called before the program
+    names its trace folder: a warm child sizes torch's pool with torch's own function, taken before the preload
+    (every fit of TrainCheck failed so on a worker whose runs had a thread budget)."""
+    (tmp_path / "repro.py").write_text("import torch\nprint(torch.get_num_threads())\n")
+    limits = Limits(time_limit_seconds=60, memory_mb=2048, threads=1)
+    result = run_sandboxed([sys.executable, str(tmp_path / "repro.py")], tmp_path, {"HOME": str(tmp_path)}, limits,
+                           warm=True, preload=Preload("traced", "tests.zygote_preloads:torch_with_every_call_traced"))
+    assert result.ending() is None, result.stderr
+    assert result.started_warm and result.stdout.strip() == "1"
 
 
 def test_the_run_page_shows_the_threads(client, concurrency):

@@ -319,13 +319,17 @@ def run_warm(spec: SandboxSpec) -> NoReturn:
     os._exit(code)
 
 
+# torch's own ``set_num_threads``, taken before the preload: a preload may wrap torch's functions (TrainCheck's
+# instrumentation traces each call, and a call before the program has named its trace folder fails)
+_set_torch_threads: Callable[[int], None] | None = None
+
+
 def _limit_threads(threads: int) -> None:
     """A warm child's libraries were loaded by its zygote before the run's thread budget was known (the variables of
     runners.executor.limits came too late for them): size their pools now, torch's and, through threadpoolctl,
     OpenMP's, MKL's and OpenBLAS's (numpy's)."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(threads)
+    if _set_torch_threads is not None:
+        _set_torch_threads(threads)
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # another Python environment without it: torch's pool only, the others keep the zygote's one
@@ -386,6 +390,13 @@ def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     control.set_inheritable(False)
     module, _, function = sys.argv[2].partition(":")
+    global _set_torch_threads
+    try:
+        import torch
+    except ImportError:  # an environment without torch: its warm runs size the other libraries' pools only
+        pass
+    else:
+        _set_torch_threads = torch.set_num_threads
     getattr(import_module(module), function)(*sys.argv[3:])
     if threading.active_count() > 1:  # a fork copies one thread: the others' locks would stay held for good
         raise ZygoteError(f"the preload left threads running: {threading.enumerate()}")
