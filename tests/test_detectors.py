@@ -220,3 +220,86 @@ def test_differential_alarms_where_the_two_ways_first_disagree(variant, expected
 def test_differential_is_silent_for_a_reproducer_that_does_not_opt_in():
     outcome = run("differential", "buggy", fault=NAN_AT_STEP_3)
     assert outcome.alarms == [] and outcome.detector_summary["comparisons"] == 0
+
+
+
+# A compiled model whose buggy variant's graph computes 1 % more than eager mode (a backend of its own, as an Inductor
+# miscompilation would); the fixed one compiles with aot_eager (no Inductor: seconds, not a minute). OffInFloat32's
+# float32 backward is 3 % off in the buggy variant, its float64 one right (a kernel bug of one precision).
+COMPILED = PROGRAM_PREAMBLE + """
+import torch
+torch.manual_seed(args.seed)
+
+class Float32Off(torch.autograd.Function):
+    forward = staticmethod(lambda ctx, x: x.clone())
+    backward = staticmethod(lambda ctx, g: g * 1.03 if g.dtype == torch.float32 and args.variant == "buggy" else g)
+
+class OffInFloat32(torch.nn.Linear):
+    def forward(self, x):
+        return Float32Off.apply(super().forward(x))
+
+def off_by_one_percent(graph, example_inputs):
+    return lambda *inputs: [output * 1.01 for output in graph(*inputs)]
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.BatchNorm1d(16), torch.nn.Dropout({dropout}),
+                            torch.nn.LayerNorm(16), torch.nn.ReLU(), {last}(16, 1))
+backend = off_by_one_percent if args.variant == "buggy" else "aot_eager"
+compiled = torch.compile(model, backend=backend) if {compile} else model
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled={autocast}):
+        loss = compiled(torch.randn(8, 4)).float().pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="see the backend")
+"""
+
+
+def shadowed(detector, variant, *, dropout=0.0, last="torch.nn.Linear", compile=True, autocast=False):
+    source = (COMPILED.replace("{dropout}", str(dropout)).replace("{last}", last)
+              .replace("{compile}", str(compile)).replace("{autocast}", str(autocast)))
+    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=120, memory_mb=4096)
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant,
+                                 steps=9))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    return outcome
+
+
+def losses(outcome):
+    return [record["loss"] for record in outcome.steps]
+
+
+def test_shadow_eager_catches_a_compiled_graph_that_computes_otherwise_from_its_first_sample():
+    outcome = shadowed("shadow_eager", "buggy")
+    assert rules(outcome) == [("compiled_differs_from_eager", step) for step in (0, 4, 8)]
+    assert outcome.alarms[0]["evidence"]["differences"]["output 0"] == pytest.approx(0.01, rel=1e-3)
+
+
+def test_shadow_eager_is_quiet_where_compiled_and_eager_agree_and_skips_random_graphs():
+    assert shadowed("shadow_eager", "fixed").alarms == []
+    assert shadowed("shadow_eager", "fixed", autocast=True).alarms == []
+    random = shadowed("shadow_eager", "buggy", dropout=0.2)  # dropout: eager's draws are not the graph's
+    assert random.alarms == [] and "left unchecked: it draws random numbers" in random.stderr
+
+
+def test_shadow_precise_catches_a_layer_wrong_at_the_programs_precision_only():
+    outcome = shadowed("shadow_precise", "buggy", last="OffInFloat32", compile=False)
+    assert {(rule, step) for rule, step in rules(outcome)} == {("layer_differs_from_float64", s) for s in (0, 4, 8)}
+    assert {alarm["evidence"]["site"] for alarm in outcome.alarms} == {"OffInFloat32 #3"}  # the 4th layer with weights
+    assert shadowed("shadow_precise", "fixed", last="OffInFloat32", compile=False).alarms == []
+    assert shadowed("shadow_precise", "fixed", last="OffInFloat32", compile=False, autocast=True).alarms == []
+
+
+@pytest.mark.parametrize("detector", ["shadow_eager", "shadow_precise"])
+def test_a_shadow_detector_changes_nothing_the_program_computes_warm_or_cold(detector, settings):
+    """Dropout and BatchNorm draw random numbers and update buffers: the recomputation puts both back, and the
+    losses are bitwise those of a plain run, started warm or cold."""
+    plain = losses(shadowed("plain", "fixed", dropout=0.2))
+    for warm in (True, False):
+        settings.SILENTBENCH_WARM_START = warm
+        outcome = shadowed(detector, "fixed", dropout=0.2, last="OffInFloat32")
+        assert outcome.execution["start"] == ("warm" if warm else "cold")
+        assert losses(outcome) == plain
