@@ -19,7 +19,8 @@ registered_plugins: dict[str, "DetectorPlugin"] = {}
 DROP_IN = "drop-in"
 OPT_IN = "opt-in"
 INTEGRATIONS = {
-    DROP_IN: "observes the unmodified program: nothing in the reproducer is written for it",
+    DROP_IN: ("observes the unmodified program, and computes any reference it compares with itself (a shadow "
+              "recomputation): nothing in the reproducer is written for it"),
     OPT_IN: "needs the program to cooperate, such as computing a reference itself and reporting it (compare records)",
 }
 ALARM_KEY_ENV = "SILENTBENCH_ALARM_KEY"  # the run's alarm key (hex), for the probe of an instrumented run
