@@ -19,7 +19,8 @@ from .base import DROP_IN, DetectorPlugin, register
 
 # Relative error no correct kernel of each precision reaches on one layer or one compiled graph: float32 rounding
 # is ~6e-8 a step and a reduction over n terms grows it ~sqrt(n); bfloat16 keeps 8 bits of mantissa (4e-3).
-DTYPE_BOUNDS = {"float64": 1e-9, "float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
+DTYPE_BOUNDS = {"float64": 1e-9, "float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2, "float8_e4m3fn": 0.25,
+                "float8_e4m3fnuz": 0.25, "float8_e5m2": 0.5, "float8_e5m2fnuz": 0.5}
 SMALL_SHARE = 0.01  # of the largest compared tensor's norm: the least a relative error is measured against
 PROJECTION_SEED = 20_240_601  # the fixed random direction the outputs are projected on before backward
 
@@ -139,6 +140,39 @@ def unchecked(site, why):
     if site not in _unchecked_sites:
         _unchecked_sites.add(site)
         print(f"SilentBench shadow: {site} left unchecked: {why}"[:500], file=sys.stderr)
+
+
+class DtypesComputed:
+    """While in it: the floating dtypes of every torch result (a layer that quantizes inside, FP8 emulation say,
+    computes at a lower precision than its output's dtype, and is judged by that precision's bound)."""
+
+    def __enter__(self):
+        from torch.overrides import TorchFunctionMode
+
+        seen = self.seen = set()
+
+        class Recording(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                seen.update(leaf.dtype for leaf in floating_leaves(result))
+                return result
+
+        self.mode = Recording()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+    def lowest(self, dtype):
+        """The least precise of ``dtype`` and those seen (by the bound of each)."""
+        return max({dtype, *self.seen}, key=lambda seen: DTYPE_BOUNDS.get(str(seen).removeprefix("torch."), 0.0))
+
+
+def saved_tensors_hooked():
+    import torch
+
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 def random_state_kept():
@@ -274,8 +308,9 @@ class ShadowPrecise(DetectorPlugin):
         "and once in float64 with autocast off. The program's own output is compared with the float64 one, and the "
         "gradients of both recomputations (projected on a fixed random direction) with each other; a relative "
         "difference above the tolerance learned over each layer's first `warmup_samples` samples (x "
-        "`learned_factor`, at least `floor`), or above the output dtype's bound, is an alarm. Calls inside a "
-        "torch.compile graph are left to shadow_eager."
+        "`learned_factor`, at least `floor`), or above the bound of the lowest precision the layer computed in, "
+        "is an alarm. Once the program calls torch.compile it is left to shadow_eager; layers under activation "
+        "checkpointing are not checked."
     )
     default_config = {"every_n_steps": 4, "layers_per_step": 4, "warmup_samples": 2, "learned_factor": 10.0,
                       "floor": 1e-5, "bounds": {}}
@@ -317,16 +352,17 @@ class ShadowPrecise(DetectorPlugin):
             weights = {name: cast(value) for name, value in module.named_parameters(recurse=False)}
             weights.update({name: cast(value) for name, value in module.named_buffers(recurse=False)})
             inputs = tuple(cast(arg) if isinstance(arg, torch.Tensor) else arg for arg in args)
-            device = args_device(args)
+            device, precisions = args_device(args), DtypesComputed()
             with torch.enable_grad(), torch.autocast(device, dtype=torch.get_autocast_dtype(device),
-                                                     enabled=not precise and torch.is_autocast_enabled(device)):
+                                                     enabled=not precise and torch.is_autocast_enabled(device)), \
+                    precisions:
                 output = functional_call(module, weights, inputs)
             if not isinstance(output, torch.Tensor) or not output.is_floating_point():
-                return None, None
+                return None, None, None
             wrt = [value for value in (*inputs, *weights.values())
                    if isinstance(value, torch.Tensor) and value.requires_grad]
             grads = projected_gradients([output], wrt) if output.requires_grad else None
-            return output, grads
+            return output, grads, precisions.lowest(output.dtype)
 
         def args_device(args):
             tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
@@ -334,9 +370,9 @@ class ShadowPrecise(DetectorPlugin):
 
         def check(module, args, output):
             with random_state_kept():
-                precise_output, precise_grads = recompute(module, args, precise=True)
+                precise_output, precise_grads, _ = recompute(module, args, precise=True)
             with random_state_kept():
-                _, grads = recompute(module, args, precise=False)
+                _, grads, precision = recompute(module, args, precise=False)
             if precise_output is None:
                 return
             errors = compare([("output", output)], [("output", precise_output)])
@@ -344,12 +380,17 @@ class ShadowPrecise(DetectorPlugin):
                 errors += compare([(f"gradient {i}", grad) for i, grad in enumerate(grads)],
                                   [(f"gradient {i}", grad) for i, grad in enumerate(precise_grads)])
             tolerance = tolerances.setdefault(id(module), Tolerance(config))
-            beyond, threshold = tolerance.judge(errors, output.dtype)
+            beyond, threshold = tolerance.judge(errors, precision)
             if beyond:
                 layer = f"{type(module).__name__} #{layers[id(module)]}"
-                alarm_beyond(probe, "layer_differs_from_float64", layer, beyond, threshold, output.dtype)
+                alarm_beyond(probe, "layer_differs_from_float64", layer, beyond, threshold, precision)
 
         def hook(module, args, output):
+            if saved_tensors_hooked():
+                # torch.utils.checkpoint's hooks count what a forward saves, and fail the program's backward when
+                # its recomputation saves otherwise: a checkpointed layer is not checked
+                unchecked(type(module).__name__, "it runs under saved-tensor hooks (activation checkpointing)")
+                return None
             if (torch.compiler.is_compiling() or not isinstance(output, torch.Tensor)
                     or not output.is_floating_point() or next(module.children(), None) is not None
                     or next(module.parameters(recurse=False), None) is None
@@ -361,4 +402,13 @@ class ShadowPrecise(DetectorPlugin):
                 unchecked(type(module).__name__, repr(error))
             return None
 
-        register_module_forward_hook(hook)
+        handle = register_module_forward_hook(hook)
+        original_compile = torch.compile
+
+        def compile_unhooked(*args, **kwargs):
+            """A program that compiles is left to shadow_eager from then on: the global hook would be traced into
+            its graphs, and under a stance that forbids recompiling (skip_guard_eval_unsafe) it fails the call."""
+            handle.remove()
+            return original_compile(*args, **kwargs)
+
+        torch.compile = compile_unhooked
