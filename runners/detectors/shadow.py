@@ -245,7 +245,7 @@ class ShadowEager(DetectorPlugin):
                     return
                 params = [p for p in (module.parameters() if module is not None else ()) if p.requires_grad]
                 backward = torch.is_grad_enabled() and any(value.requires_grad for value in outputs)
-                with random_state_kept():  # each path from the program's random state, on copies of the buffers
+                with random_state_kept(), DtypesComputed() as precisions:  # from the program's random state
                     torch.random.set_rng_state(state)
                     eager_outputs, eager_grads = run_path(eager, args, kwargs, params, backward, module)
                 if not random_checked:  # once a site: a graph that draws random numbers (dropout) is not compared
@@ -266,9 +266,10 @@ class ShadowEager(DetectorPlugin):
                     if compiled_grads is not None:
                         errors += compare([(f"gradient {i}", grad) for i, grad in enumerate(compiled_grads)],
                                           [(f"gradient {i}", grad) for i, grad in enumerate(eager_grads)])
-                beyond, threshold = tolerance.judge(errors, outputs[0].dtype)
+                precision = precisions.lowest(outputs[0].dtype)  # a float32 head over bfloat16 layers: bfloat16
+                beyond, threshold = tolerance.judge(errors, precision)
                 if beyond:
-                    alarm_beyond(probe, "compiled_differs_from_eager", site, beyond, threshold, outputs[0].dtype)
+                    alarm_beyond(probe, "compiled_differs_from_eager", site, beyond, threshold, precision)
 
             return call
 
