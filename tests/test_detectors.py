@@ -303,3 +303,55 @@ def test_a_shadow_detector_changes_nothing_the_program_computes_warm_or_cold(det
         outcome = shadowed(detector, "fixed", dropout=0.2, last="OffInFloat32")
         assert outcome.execution["start"] == ("warm" if warm else "cold")
         assert losses(outcome) == plain
+
+
+# SageMaker Debugger's rules (runners/detectors/smdebug_rules.py): a fixed-batch regression that trains cleanly,
+# and per rule a fault that its documentation says it reports.
+SMDEBUG = PROGRAM_PREAMBLE + """
+import torch
+torch.manual_seed(args.seed)
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.{activation}(), torch.nn.Linear(16, 16),
+                            torch.nn.{activation}(), torch.nn.Linear(16, 1))
+lr = 0.01
+buggy = args.variant == "buggy"
+{setup}
+optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+data = torch.randn(64, 4)
+target = data.sum(dim=1, keepdim=True)
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    loss = (model(data) - target).pow(2).mean()
+    {fault}
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=buggy, trigger_step=0, summary="see the fault")
+"""
+SMDEBUG_CASES = {  # rule: (activation, setup, fault, the alarms' rule and first step)
+    "smdebug_vanishing_gradient": ("ReLU", "", "if buggy: loss = loss * 1e-12", ("vanishing_gradient", 0)),
+    "smdebug_exploding_tensor": ("ReLU", "", "if buggy and step == 3: loss = loss * float('inf')",
+                                 ("exploding_tensor", 3)),
+    "smdebug_loss_not_decreasing": ("ReLU", "lr = 0.0 if buggy else lr", "", ("loss_not_decreasing", 10)),
+    "smdebug_dead_relu": ("ReLU", "with torch.no_grad(): model[0].bias.fill_(-100.0 if buggy else 0.0)", "",
+                          ("dead_relu", 0)),
+    "smdebug_weight_update_ratio": ("ReLU", "lr = 1e-12 if buggy else lr", "", ("weight_update_ratio", 0)),
+    "smdebug_poor_weight_initialization": ("ReLU", "with torch.no_grad(): model[2].weight.mul_(100 if buggy else 1)",
+                                           "", ("activation_variance_ratio", 0)),
+    "smdebug_saturated_activation": ("Tanh", "with torch.no_grad(): model[0].weight.mul_(1e5 if buggy else 1)", "",
+                                     ("saturated_activation", 0)),
+}
+
+
+@pytest.mark.parametrize("detector", sorted(SMDEBUG_CASES))
+def test_each_sagemaker_debugger_rule_reports_its_fault_and_is_quiet_on_clean_training(detector):
+    activation, setup, fault, (rule, step) = SMDEBUG_CASES[detector]
+    source = SMDEBUG.replace("{activation}", activation).replace("{setup}", setup).replace("{fault}", fault or "pass")
+    outcomes = {}
+    for variant in ("buggy", "fixed"):
+        version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
+        outcomes[variant] = execute(RunFactory(reproducer_version=version, detector=do_record_detector(detector),
+                                               variant=variant, steps=12))
+        assert outcomes[variant].succeeded, outcomes[variant].failure_reason + outcomes[variant].stderr
+    assert min(rules(outcomes["buggy"]), key=lambda pair: pair[1]) == (rule, step), rules(outcomes["buggy"])
+    assert outcomes["fixed"].alarms == [], rules(outcomes["fixed"])

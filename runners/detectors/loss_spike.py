@@ -6,8 +6,9 @@ from collections import deque
 from .base import DROP_IN, DetectorPlugin, register
 
 
-def watch_losses(probe, on_loss):
-    """Call ``on_loss(value)`` with every finite scalar that ``backward()`` starts from."""
+def watch_losses(probe, on_loss, finite_only=True):
+    """Call ``on_loss(value)`` with every scalar that ``backward()`` starts from (only the finite ones when
+    ``finite_only``)."""
     import torch
 
     original_backward = torch.Tensor.backward
@@ -15,7 +16,7 @@ def watch_losses(probe, on_loss):
     def observed_backward(tensor, *args, **kwargs):
         if tensor.numel() == 1 and tensor.is_floating_point():
             value = float(tensor.detach())
-            if math.isfinite(value):
+            if math.isfinite(value) or not finite_only:
                 on_loss(value)
         return original_backward(tensor, *args, **kwargs)
 
