@@ -184,6 +184,22 @@ def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
     assert all(alarm["evidence"]["param_indices"] == [0] for alarm in outcome.alarms)
 
 
+
+def test_megatrons_param_hashes_compare_every_parameter_with_rank_0_shards_included():
+    """Megatron assumes every parameter is a data-parallel replica: the shard differs on rank 1 from before the
+    first step, in both variants; the replica joins it from step 3 in the buggy one."""
+    version = ReproducerVersionFactory(files={"repro.py": TWO_RANKS}, time_limit_seconds=120, memory_mb=4096)
+    found = {}
+    for variant in ("buggy", "fixed"):
+        outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("param_hashes_megatron"),
+                                     variant=variant, steps=6))
+        assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+        found[variant] = sorted((alarm["step"], alarm["rank"], tuple(alarm["evidence"]["param_indices"]))
+                                for alarm in outcome.alarms)
+    assert found["fixed"] == [(0, 1, (1,))] * 2 + [(step, 1, (1,)) for step in range(1, 6)]
+    assert found["buggy"] == [(0, 1, (1,))] * 2 + [(step, 1, (1,)) for step in (1, 2)] + [
+        (step, 1, (0, 1)) for step in range(3, 6)]
+
 TWO_WAYS = PROGRAM_PREAMBLE + """
 import torch
 torch.manual_seed(args.seed)

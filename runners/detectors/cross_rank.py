@@ -56,3 +56,55 @@ class CrossRankConsistency(DetectorPlugin):
                             {"param_indices": diverged[:20], "world_size": dist.get_world_size()})
 
         probe.on_optimizer_step(before=before, after=after)
+
+
+@register
+class MegatronParamHashes(DetectorPlugin):
+    """Megatron-Core's ``check_param_hashes_across_dp_replicas`` (megatron/core/utils.py), as its training loop
+    calls it: every parameter hashed, every rank compared with rank 0 of its data-parallel group."""
+
+    name = "param_hashes_megatron"
+    version = "1"
+    integration = DROP_IN
+    description = (
+        "Megatron-Core's check_param_hashes_across_dp_replicas: a SHA-1 of each parameter's bytes (as float32, "
+        "on the CPU) that the training optimizer owns, all-gathered over the data-parallel group, here the whole "
+        "world (a reproducer names no parallel groups); alarm `param_hashes_differ` on each rank whose hashes "
+        "differ from rank 0's, naming the parameters. Checked before the first step, as Megatron checks at "
+        "start-up, and after every `every_n_steps`-th step (Megatron's "
+        "--check-weight-hash-across-dp-replicas-interval). Unlike cross_rank_consistency it assumes every "
+        "parameter is a replica, so a sharded one (tensor or pipeline parallel) differs from the start. "
+        "Single-process runs are not checked."
+    )
+    default_config = {"every_n_steps": 1}
+
+    def install(self, probe):
+        import hashlib
+
+        import torch
+        import torch.distributed as dist
+
+        every = max(1, int(probe.config["every_n_steps"]))
+        followed = []  # the training optimizer: the first to step in this process, the same on every rank
+
+        def compare_hashes(optimizer, when):
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            local = torch.tensor([list(hashlib.sha1(p.detach().float().cpu().numpy().tobytes()).digest())
+                                  for p in params], dtype=torch.int64).reshape(len(params), 20)
+            gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+            dist.all_gather(gathered, local)
+            differing = (gathered[0] != local).any(dim=1).nonzero().flatten().tolist()
+            if differing:
+                probe.alarm("param_hashes_differ", f"{len(differing)} parameter(s) hash otherwise than on rank 0 "
+                            f"({when})", {"param_indices": differing[:20], "world_size": dist.get_world_size()})
+
+        def before(optimizer):
+            if not followed and dist.is_available() and dist.is_initialized():
+                followed.append(id(optimizer))
+                compare_hashes(optimizer, "before the first step")
+
+        def after(optimizer):
+            if followed and followed[0] == id(optimizer) and probe.step % every == 0:
+                compare_hashes(optimizer, f"after step {probe.step}")
+
+        probe.on_optimizer_step(before=before, after=after)
