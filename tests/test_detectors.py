@@ -261,6 +261,8 @@ model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.BatchNorm1d(16), to
                             torch.nn.LayerNorm(16), torch.nn.ReLU(), {last}(16, 1))
 backend = off_by_one_percent if args.variant == "buggy" else "aot_eager"
 compiled = torch.compile(model, backend=backend) if {compile} else model
+gradients_seen = []  # the program's own hook on a weight: a shadow's gradients must not reach it
+model[0].weight.register_hook(lambda grad: gradients_seen.append(1))
 optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
 for step in range(args.steps):
@@ -270,7 +272,8 @@ for step in range(args.steps):
     loss.backward()
     optimizer.step()
     report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
-report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="see the backend")
+report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="see the backend",
+       evidence={"gradients_seen": len(gradients_seen)})
 """
 
 
@@ -310,15 +313,82 @@ def test_shadow_precise_catches_a_layer_wrong_at_the_programs_precision_only():
 
 
 @pytest.mark.parametrize("detector", ["shadow_eager", "shadow_precise"])
-def test_a_shadow_detector_changes_nothing_the_program_computes_warm_or_cold(detector, settings):
-    """Dropout and BatchNorm draw random numbers and update buffers: the recomputation puts both back, and the
-    losses are bitwise those of a plain run, started warm or cold."""
-    plain = losses(shadowed("plain", "fixed", dropout=0.2))
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_a_shadow_detector_changes_nothing_the_program_computes_warm_or_cold(detector, dropout, settings):
+    """BatchNorm updates buffers in place, dropout draws random numbers and the program's hook sees each gradient of
+    a weight: the recomputation touches none of it, and the losses are bitwise those of a plain run, warm or cold.
+    Without dropout every sample is compared (nothing is left unchecked)."""
+    plain = losses(shadowed("plain", "fixed", dropout=dropout))
     for warm in (True, False):
         settings.SILENTBENCH_WARM_START = warm
-        outcome = shadowed(detector, "fixed", dropout=0.2, last="OffInFloat32")
+        outcome = shadowed(detector, "fixed", dropout=dropout, last="OffInFloat32")
         assert outcome.execution["start"] == ("warm" if warm else "cold")
         assert losses(outcome) == plain
+        assert outcome.oracle["evidence"]["gradients_seen"] == 9
+        assert outcome.alarms == []
+        if dropout == 0.0 and detector == "shadow_eager":
+            assert "left unchecked" not in outcome.stderr, outcome.stderr
+
+
+# More layers than one step checks, a keyword argument, a compiled function and torch.compile(disable=True).
+LAYERS = PROGRAM_PREAMBLE + """
+import copy
+import torch
+torch.manual_seed(args.seed)
+
+class Float32Off(torch.autograd.Function):
+    forward = staticmethod(lambda ctx, x: x.clone())
+    backward = staticmethod(lambda ctx, g: g * 1.03 if g.dtype == torch.float32 and args.variant == "buggy" else g)
+
+class Scaled(torch.nn.Linear):
+    def forward(self, x, scale=1.0, off=False):
+        out = super().forward(x) * scale
+        return Float32Off.apply(out) if off else out
+
+layers = torch.nn.ModuleList(Scaled(8, 8) for _ in range(6))
+optimizer = torch.optim.SGD(layers.parameters(), lr=0.01)
+{compiles}
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    x = torch.randn(4, 8)
+    for index, layer in enumerate(layers):  # the last layer is 3 % off in float32 only (buggy)
+        x = torch.tanh(layer(x, scale=0.5, off=index == 5))
+    loss = x.pow(2).mean() + 0 * step_function(x)
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="the last layer")
+"""
+
+
+COMPILES = """step_function = torch.compile(lambda x: (x * 2).sum(), backend="eager")  # a function: not shadowed
+unused = torch.compile(layers[0], disable=True)  # nothing compiled: the module itself, still copyable
+assert unused is layers[0] and copy.deepcopy(unused).weight.data_ptr() != layers[0].weight.data_ptr()"""
+
+
+def test_shadow_precise_takes_every_layer_in_turn_with_its_keyword_arguments():
+    outcomes = {}
+    for variant in ("buggy", "fixed"):
+        source = LAYERS.replace("{compiles}", "step_function = lambda x: (x * 2).sum()")  # nothing compiled
+        version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
+        outcomes[variant] = execute(RunFactory(reproducer_version=version, detector=do_record_detector(
+            "shadow_precise"), variant=variant, steps=9))
+        assert outcomes[variant].succeeded, outcomes[variant].failure_reason + outcomes[variant].stderr
+    # four layers a sampled step, those checked least recently first: #0-#3 at step 0, #4 and #5 at step 4, #0-#3
+    # at step 8; the sixth is compared with its keyword arguments (else it would differ by its scale, or be
+    # left unchecked)
+    assert [(alarm["step"], alarm["evidence"]["site"]) for alarm in outcomes["buggy"].alarms] == [(4, "Scaled #5")]
+    assert outcomes["fixed"].alarms == [] and "left unchecked" not in outcomes["fixed"].stderr
+
+
+def test_shadow_eager_leaves_a_compiled_function_and_an_uncompiled_module_alone():
+    version = ReproducerVersionFactory(files={"repro.py": LAYERS.replace("{compiles}", COMPILES)},
+                                       time_limit_seconds=60, memory_mb=4096)
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
+                                 variant="fixed", steps=5))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    assert outcome.alarms == [] and "a compiled function is not shadowed" in outcome.stderr
 
 
 # SageMaker Debugger's rules (runners/detectors/smdebug_rules.py): a fixed-batch regression that trains cleanly,

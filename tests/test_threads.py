@@ -73,11 +73,11 @@ def test_a_preload_that_wraps_torch_does_not_take_the_budget_through_its_wrapper
     names its trace folder: a warm child sizes torch's pool with torch's own function, taken before the preload
     (every fit of TrainCheck failed so on a worker whose runs had a thread budget)."""
     (tmp_path / "repro.py").write_text("import torch\nprint(torch.get_num_threads())\n")
-    limits = Limits(time_limit_seconds=60, memory_mb=2048, threads=1)
+    limits = Limits(time_limit_seconds=60, memory_mb=2048, threads=2)  # the zygote's own is 1
     result = run_sandboxed([sys.executable, str(tmp_path / "repro.py")], tmp_path, {"HOME": str(tmp_path)}, limits,
                            warm=True, preload=Preload("traced", "tests.zygote_preloads:torch_with_every_call_traced"))
     assert result.ending() is None, result.stderr
-    assert result.started_warm and result.stdout.strip() == "1"
+    assert result.started_warm and result.stdout.strip() == "2"
 
 
 def test_the_run_page_shows_the_threads(client, concurrency):

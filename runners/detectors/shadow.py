@@ -1,19 +1,24 @@
 """Shadow execution: a sampled step of the unmodified program recomputed by a trusted path and compared.
 
 Both detectors are drop-in: they need nothing from the reproducer, and they leave what the program computes as it
-was. The recomputation works on detached copies of the inputs and weights and on copies of a module's buffers
-(BatchNorm's running statistics), under a saved and restored random state; its gradients come from
-``torch.autograd.grad``, which accumulates nothing into ``.grad``.
+was. A recomputation works on copies: of the inputs (detached), of the module's parameters (detached
+``nn.Parameter``s, so that ``.grad`` and the parameters' own hooks are untouched) and of its buffers (BatchNorm's
+running statistics, which a forward in training mode updates in place, and whose version the program's backward
+checks), under the program's random state, saved and put back. Gradients come from ``torch.autograd.grad`` with
+respect to those copies.
 
-A difference is the relative error ``|a - b| / |b|`` (Euclidean norms) of each floating output or gradient. The
-tolerance for one call site is learned from its first ``warmup_samples`` samples, ``learned_factor`` times the
-largest error seen there, never below ``floor`` and never above the bound of the output's dtype (``bounds``): a
-difference above the bound is an alarm even during the warmup, since no correct kernel of that precision is that
-far off. A site whose reference is itself not finite is not compared (the fault is not the path under test's).
+A difference is ``|a - b| / max(|b|, 1 % of the largest |b| compared)`` (Euclidean norms, float64) of each floating
+output or gradient; a gradient one path has and the other lacks is compared with zeros. The tolerance of a call site
+is learned from its first ``warmup_samples`` samples (``learned_factor`` times the largest difference, at least
+``floor``) and never exceeds the bound of the lowest precision the recomputation computed in (``DTYPE_BOUNDS``,
+overridden by ``bounds``): a difference above that bound is an alarm even during the warmup. A reference that is
+itself not finite is not compared. A site that cannot be recomputed faithfully is left unchecked, said once on
+stderr, never with an alarm (which would count as a detection).
 """
 import math
 import sys
-from itertools import count
+import weakref
+from contextlib import nullcontext
 
 from .base import DROP_IN, DetectorPlugin, register
 
@@ -23,6 +28,10 @@ DTYPE_BOUNDS = {"float64": 1e-9, "float32": 1e-3, "float16": 1e-2, "bfloat16": 5
                 "float8_e4m3fnuz": 0.25, "float8_e5m2": 0.5, "float8_e5m2fnuz": 0.5}
 SMALL_SHARE = 0.01  # of the largest compared tensor's norm: the least a relative error is measured against
 PROJECTION_SEED = 20_240_601  # the fixed random direction the outputs are projected on before backward
+
+
+def dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
 
 
 def relative_error(value, reference, scale_floor=0.0):
@@ -40,6 +49,30 @@ def relative_error(value, reference, scale_floor=0.0):
     return difference / scale if scale > 0 else difference
 
 
+def compare(named_values, named_references):
+    """(name, relative error) of each pair whose reference is finite; a None on one side (a gradient one path did
+    not produce) stands for zeros. A reference under ``SMALL_SHARE`` of the largest one's norm is measured against
+    that share: a gradient that is rounding noise around zero (a bias before a normalization) differs from its twin
+    by ~100 % without anything being wrong."""
+    import torch
+
+    pairs = []
+    for (name, value), (_, reference) in zip(named_values, named_references):
+        if value is None and reference is None:
+            continue
+        value = torch.zeros_like(reference) if value is None else value
+        reference = torch.zeros_like(value) if reference is None else reference
+        pairs.append((name, value, reference))
+    norms = [reference.detach().double().norm().item() for _, _, reference in pairs]
+    largest = max((norm for norm in norms if math.isfinite(norm)), default=0.0)
+    errors = []
+    for name, value, reference in pairs:
+        error = relative_error(value, reference, SMALL_SHARE * largest)
+        if error is not None:
+            errors.append((name, error))
+    return errors
+
+
 class Tolerance:
     """One call site's tolerance, learned from its first samples (the module docstring)."""
 
@@ -47,11 +80,11 @@ class Tolerance:
         self.warmup = int(config["warmup_samples"])
         self.factor = float(config["learned_factor"])
         self.floor = float(config["floor"])
-        self.bounds = {**DTYPE_BOUNDS, **config["bounds"]}
+        self.bounds = bounds_of(config)
         self.seen = []
 
     def threshold(self, dtype):
-        bound = self.bounds.get(str(dtype).removeprefix("torch."), DTYPE_BOUNDS["float32"])
+        bound = self.bounds.get(dtype_name(dtype), self.bounds["float32"])
         if len(self.seen) < self.warmup:
             return bound
         return min(bound, max(self.floor, self.factor * max(self.seen)))
@@ -65,6 +98,10 @@ class Tolerance:
         return beyond, threshold
 
 
+def bounds_of(config):
+    return {**DTYPE_BOUNDS, **config["bounds"]}
+
+
 def floating_leaves(tree):
     import torch
     from torch.utils._pytree import tree_leaves
@@ -73,7 +110,8 @@ def floating_leaves(tree):
 
 
 def detached_copy(tree):
-    """``tree`` with every tensor replaced by a detached copy that requires grad as the original did."""
+    """``tree`` with every tensor replaced by a detached copy (same strides where the layout allows) that requires
+    grad as the original did."""
     import torch
     from torch.utils._pytree import tree_map
 
@@ -99,37 +137,11 @@ def projected_gradients(outputs, wrt):
     return torch.autograd.grad(sum(terms), wrt, allow_unused=True)
 
 
-def compare(named_values, named_references):
-    """(name, relative error) of each pair whose reference is finite. A reference under ``SMALL_SHARE`` of the
-    largest one's norm is measured against that share: a gradient that is rounding noise around zero (a bias
-    before a normalization) differs from its twin by ~100 % without anything being wrong."""
-    pairs = [(name, value, reference) for (name, value), (_, reference) in zip(named_values, named_references)
-             if value is not None and reference is not None]
-    norms = [reference.detach().double().norm().item() for _, _, reference in pairs]
-    largest = max((norm for norm in norms if math.isfinite(norm)), default=0.0)
-    errors = []
-    for name, value, reference in pairs:
-        error = relative_error(value, reference, SMALL_SHARE * largest)
-        if error is not None:
-            errors.append((name, error))
-    return errors
-
-
 def alarm_beyond(probe, rule, site, beyond, threshold, dtype):
     worst = max(beyond, key=lambda pair: pair[1])
     probe.alarm(rule, f"{site}: {worst[0]} differs from the trusted path by {worst[1]:.3g} (relative), above "
-                f"{threshold:.3g}", {"site": site, "dtype": str(dtype).removeprefix("torch."),
-                                     "threshold": threshold,
+                f"{threshold:.3g}", {"site": site, "dtype": dtype_name(dtype), "threshold": threshold,
                                      "differences": {name: error for name, error in beyond[:20]}})
-
-
-def sampled_step(probe, every, sampled_steps, key):
-    """Whether this call of ``key`` is its first in a step that is a multiple of ``every``."""
-    step = probe.step
-    if step % every or sampled_steps.get(key) == step:
-        return False
-    sampled_steps[key] = step
-    return True
 
 
 _unchecked_sites = set()
@@ -164,35 +176,68 @@ class DtypesComputed:
     def __exit__(self, *exc):
         return self.mode.__exit__(*exc)
 
-    def lowest(self, dtype):
-        """The least precise of ``dtype`` and those seen (by the bound of each)."""
-        return max({dtype, *self.seen}, key=lambda seen: DTYPE_BOUNDS.get(str(seen).removeprefix("torch."), 0.0))
+    def lowest(self, dtype, bounds):
+        """The least precise of ``dtype`` and those seen (the one with the widest bound)."""
+        return max({dtype, *self.seen}, key=lambda seen: bounds.get(dtype_name(seen), 0.0))
 
 
-def saved_tensors_hooked():
+class Torch:
+    """The parts of torch the shadows use that older releases lack (the catalog runs torch 2.2 and 2.3 too),
+    resolved once."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        compiler = getattr(torch, "compiler", None)
+        self.is_compiling = (getattr(compiler, "is_compiling", None) or getattr(torch._dynamo, "is_compiling", None)
+                             or (lambda: False))
+        self.set_stance = getattr(compiler, "set_stance", None)  # torch 2.6: a replay must not recompile
+        self._top_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+
+    def saved_tensors_hooked(self):
+        """Whether saved-tensor hooks are on (activation checkpointing counts what a forward saves); unknown on an
+        old torch counts as yes."""
+        return self._top_hooks is None or self._top_hooks(False) is not None
+
+    def autocast(self, device):
+        """(enabled, dtype) of autocast on ``device`` now."""
+        torch = self.torch
+        try:
+            return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+        except (AttributeError, TypeError):  # before torch 2.4: one function per device kind
+            if device == "cpu":
+                return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+            return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+
+    def random_state_kept(self):
+        """Around a recomputation: the random state of the CPU and of every CUDA device in use, put back on exit."""
+        torch = self.torch
+        return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else [])
+
+
+def weights_copied(module):
+    """While in it, ``module`` computes with copies of its parameters (detached ``nn.Parameter``s, as compiled code
+    expects) and buffers; yields the copies of the parameters that require grad."""
     import torch
-
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
-
-
-def random_state_kept():
-    """Around a recomputation: the random state of the CPU and of every CUDA device in use, put back on exit."""
-    import torch
-
-    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else [])
-
-
-def buffers_copied(module):
-    """While in it, ``module`` computes with copies of its buffers: a recomputation in training mode updates
-    BatchNorm's running statistics in place, which would change the program's and bump the version that its
-    graph's backward checks (even a copy put back bumps it)."""
-    from contextlib import nullcontext
-
     from torch.nn.utils.stateless import _reparametrize_module
 
     if module is None:
-        return nullcontext()
-    return _reparametrize_module(module, {name: buffer.detach().clone() for name, buffer in module.named_buffers()})
+        return nullcontext([])
+    params = {name: torch.nn.Parameter(param.detach().clone(), requires_grad=param.requires_grad)
+              for name, param in module.named_parameters()}
+    buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+
+    class Copied:
+        def __enter__(self):
+            self.context = _reparametrize_module(module, {**params, **buffers})
+            self.context.__enter__()
+            return [param for param in params.values() if param.requires_grad]
+
+        def __exit__(self, *exc):
+            return self.context.__exit__(*exc)
+
+    return Copied()
 
 
 @register
@@ -201,13 +246,13 @@ class ShadowEager(DetectorPlugin):
     version = "1"
     integration = DROP_IN
     description = (
-        "Where the program calls torch.compile (on a module, a function, or Module.compile()), the first call of "
-        "every `every_n_steps`-th step is run again eagerly on copies of the same inputs and weights, and compared "
-        "with the compiled outputs and with the compiled graph's gradients (a replay of the same call, projected on "
-        "a fixed random direction); a relative difference above the tolerance learned over the first "
-        "`warmup_samples` samples (x `learned_factor`, at least `floor`), or above the output dtype's bound, is an "
-        "alarm. Dropout inside the compiled graph draws other random numbers than eager mode does: such a program "
-        "learns a wide tolerance."
+        "Where the program compiles a module with torch.compile (or Module.compile()), the first call of every "
+        "`every_n_steps`-th step is run again eagerly, on copies of its inputs, weights and buffers, and compared "
+        "with the compiled outputs; its projected gradients are compared with those of a replay of the compiled "
+        "graph on the same copies. A relative difference above the tolerance learned over the first "
+        "`warmup_samples` samples (x `learned_factor`, at least `floor`), or above the bound of the lowest "
+        "precision computed in, is an alarm. A graph that draws random numbers (dropout) in the mode it runs in, "
+        "and a compiled function (whose side effects could not be undone), are left unchecked."
     )
     default_config = {"every_n_steps": 4, "warmup_samples": 2, "learned_factor": 10.0, "floor": 1e-5, "bounds": {}}
 
@@ -218,24 +263,25 @@ class ShadowEager(DetectorPlugin):
 
         config = probe.config
         every = max(1, int(config["every_n_steps"]))
-        sampled_steps = {}
-        sites = count()
+        bounds, compat = bounds_of(config), Torch()
         original_compile = torch.compile
+        sites = []
 
         def shadowed(compiled, eager, module, site):
             tolerance = Tolerance(config)
-            random_checked, skipped = [], []
+            random_by_mode, sampled_at, skipped = {}, [], []
 
             @functools.wraps(compiled)
             def call(*args, **kwargs):
-                if (torch.compiler.is_compiling() or skipped
-                        or not sampled_step(probe, every, sampled_steps, site)):
+                if skipped or compat.is_compiling() or probe.step % every or probe.step in sampled_at:
                     return compiled(*args, **kwargs)
+                sampled_at[:] = [probe.step]
                 state = torch.random.get_rng_state()
                 output = compiled(*args, **kwargs)
                 try:
                     check(args, kwargs, output, state)
-                except Exception as error:  # noqa: BLE001 - the program's call succeeded: it goes on, unchecked here
+                except Exception as error:  # noqa: BLE001 - the program's call succeeded: it goes on, unchecked
+                    skipped.append(True)
                     unchecked(site, repr(error))
                 return output
 
@@ -243,57 +289,68 @@ class ShadowEager(DetectorPlugin):
                 outputs = floating_leaves(output)
                 if not outputs:
                     return
-                params = [p for p in (module.parameters() if module is not None else ()) if p.requires_grad]
                 backward = torch.is_grad_enabled() and any(value.requires_grad for value in outputs)
-                with random_state_kept(), DtypesComputed() as precisions:  # from the program's random state
+                with compat.random_state_kept(), DtypesComputed() as precisions:  # from the program's random state
                     torch.random.set_rng_state(state)
-                    eager_outputs, eager_grads = run_path(eager, args, kwargs, params, backward, module)
-                if not random_checked:  # once a site: a graph that draws random numbers (dropout) is not compared
-                    random_checked.append(True)
-                    with random_state_kept():
-                        torch.manual_seed(PROJECTION_SEED)
-                        redrawn, _ = run_path(eager, args, kwargs, params, False, module)
-                    if any(error > 0 for _, error in compare(list(enumerate(redrawn)), list(enumerate(eager_outputs)))):
-                        skipped.append(True)
-                        unchecked(site, "it draws random numbers, which compiled code draws otherwise than eager")
-                        return
+                    eager_outputs, eager_grads = run_path(eager, args, kwargs, backward)
+                if draws_random_numbers(args, kwargs, eager_outputs):
+                    skipped.append(True)
+                    unchecked(site, "it draws random numbers, which compiled code draws otherwise than eager")
+                    return
                 errors = compare([(f"output {i}", value) for i, value in enumerate(outputs)],
                                  [(f"output {i}", value) for i, value in enumerate(eager_outputs)])
-                if eager_grads is not None:
-                    with random_state_kept():
+                if backward and compat.set_stance is not None:
+                    with compat.random_state_kept(), compat.set_stance("fail_on_recompile"):
                         torch.random.set_rng_state(state)
-                        _, compiled_grads = run_path(compiled, args, kwargs, params, backward, module)
-                    if compiled_grads is not None:
-                        errors += compare([(f"gradient {i}", grad) for i, grad in enumerate(compiled_grads)],
-                                          [(f"gradient {i}", grad) for i, grad in enumerate(eager_grads)])
-                precision = precisions.lowest(outputs[0].dtype)  # a float32 head over bfloat16 layers: bfloat16
+                        _, compiled_grads = run_path(compiled, args, kwargs, backward)
+                    errors += compare([(f"gradient {i}", grad) for i, grad in enumerate(compiled_grads or ())],
+                                      [(f"gradient {i}", grad) for i, grad in enumerate(eager_grads or ())])
+                precision = precisions.lowest(outputs[0].dtype, bounds)  # a float32 head over bf16 layers: bf16
                 beyond, threshold = tolerance.judge(errors, precision)
                 if beyond:
                     alarm_beyond(probe, "compiled_differs_from_eager", site, beyond, threshold, precision)
 
-            return call
+            def draws_random_numbers(args, kwargs, eager_outputs):
+                """Whether the eager path gives other outputs from another random state, asked once for each of
+                the module's modes (a validation pass in eval mode may come before training)."""
+                mode = module.training
+                if mode not in random_by_mode:
+                    with compat.random_state_kept():
+                        torch.random.default_generator.manual_seed(PROJECTION_SEED)
+                        redrawn, _ = run_path(eager, args, kwargs, backward=False)
+                    random_by_mode[mode] = any(error > 0 for _, error in compare(list(enumerate(redrawn)),
+                                                                                 list(enumerate(eager_outputs))))
+                return random_by_mode[mode]
 
-        def run_path(function, args, kwargs, params, backward, module):
-            """``function``'s floating outputs on copies of the inputs, and (when ``backward``) their projected
-            gradients with respect to those copies and ``params``."""
-            inputs = detached_copy((args, kwargs))
-            with torch.enable_grad() if backward else torch.no_grad(), buffers_copied(module):
-                outputs = floating_leaves(function(*inputs[0], **inputs[1]))
-            if not backward:
-                return outputs, None
-            wrt = [leaf for leaf in floating_leaves(inputs) if leaf.requires_grad] + params
-            return outputs, projected_gradients(outputs, wrt)
+            def run_path(function, args, kwargs, backward):
+                """``function``'s floating outputs on copies of the inputs and of the module's weights, and (when
+                ``backward``) their projected gradients with respect to those copies."""
+                inputs = detached_copy((args, kwargs))
+                with torch.enable_grad() if backward else torch.no_grad(), weights_copied(module) as params:
+                    outputs = floating_leaves(function(*inputs[0], **inputs[1]))
+                    if not backward:
+                        return outputs, None
+                    wrt = [leaf for leaf in floating_leaves(inputs) if leaf.requires_grad] + params
+                    return outputs, projected_gradients(outputs, wrt)
+
+            return call
 
         def compile_with_shadow(model=None, **options):
             if model is None:  # @torch.compile(mode=...): a decorator
                 return lambda target: compile_with_shadow(target, **options)
             compiled = original_compile(model, **options)
-            site = f"compiled {getattr(model, '__qualname__', type(model).__name__)} #{next(sites)}"
+            if compiled is model:  # disable=True, or compiling while exporting: nothing was compiled
+                return compiled
+            site = f"compiled {getattr(model, '__qualname__', type(model).__name__)} #{len(sites)}"
+            sites.append(site)
             if isinstance(model, torch.nn.Module):  # keep the OptimizedModule: only its forward is shadowed
                 compiled.forward = shadowed(compiled.forward, model.__call__, model, site)
                 return compiled
             owner = getattr(model, "__self__", None)  # Module.compile() compiles its bound _call_impl
-            return shadowed(compiled, model, owner if isinstance(owner, torch.nn.Module) else None, site)
+            if isinstance(owner, torch.nn.Module):
+                return shadowed(compiled, model, owner, site)
+            unchecked(site, "a compiled function is not shadowed: running it again could repeat its side effects")
+            return compiled
 
         torch.compile = compile_with_shadow
 
@@ -305,27 +362,31 @@ class ShadowPrecise(DetectorPlugin):
     integration = DROP_IN
     description = (
         "Every `every_n_steps`-th step, up to `layers_per_step` layers (modules with parameters and no submodules, "
-        "taken in turn) are recomputed from copies of their inputs and weights: once at the program's precision, "
-        "and once in float64 with autocast off. The program's own output is compared with the float64 one, and the "
-        "gradients of both recomputations (projected on a fixed random direction) with each other; a relative "
-        "difference above the tolerance learned over each layer's first `warmup_samples` samples (x "
-        "`learned_factor`, at least `floor`), or above the bound of the lowest precision the layer computed in, "
-        "is an alarm. Once the program calls torch.compile it is left to shadow_eager; layers under activation "
-        "checkpointing are not checked."
+        "those checked least recently first) are recomputed from copies of their inputs and weights: once at the "
+        "program's precision, which must give the program's own output bit for bit (else the layer draws random "
+        "numbers or changed its input, and is left unchecked), and once in float64 with autocast off. The "
+        "program's output is compared with the float64 one, and the two recomputations' projected gradients with "
+        "each other; a relative difference above the tolerance learned over each layer's first `warmup_samples` "
+        "samples (x `learned_factor`, at least `floor`), or above the bound of the lowest precision the layer "
+        "computed in, is an alarm. Once the program calls torch.compile nothing more is checked; layers under "
+        "activation checkpointing are not checked."
     )
     default_config = {"every_n_steps": 4, "layers_per_step": 4, "warmup_samples": 2, "learned_factor": 10.0,
                       "floor": 1e-5, "bounds": {}}
 
     def install(self, probe):
         import torch
-        from torch.func import functional_call
         from torch.nn.modules.module import register_module_forward_hook
 
         config = probe.config
         every, per_step = max(1, int(config["every_n_steps"])), max(1, int(config["layers_per_step"]))
-        # by layer: its tolerance, the step it was last checked at, its number (in the order first checked)
-        tolerances, last_checked, layers = {}, {}, {}
+        bounds, compat = bounds_of(config), Torch()
+        # by layer: its tolerance, the step it was last checked at (-1: never), its number in the order first seen
+        tolerances, last_checked, numbers = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary(), {}
         checked_at = {"step": -1, "layers": 0}
+
+        def number(module):
+            return numbers.setdefault(id(module), len(numbers))
 
         def due(module):
             """A layer's turn: on a sampled step, those checked least recently first, up to the quota."""
@@ -334,82 +395,92 @@ class ShadowPrecise(DetectorPlugin):
                 return False
             if checked_at["step"] != step:
                 checked_at.update(step=step, layers=0)
-            last = last_checked.get(id(module), -1)
-            if checked_at["layers"] >= per_step or last == step or last > min(last_checked.values(), default=-1):
+            last = last_checked.setdefault(module, -1)
+            number(module)
+            if checked_at["layers"] >= per_step or last == step or last > min(last_checked.values()):
                 return False
             checked_at["layers"] += 1
-            last_checked[id(module)] = step
-            layers.setdefault(id(module), len(layers))
+            last_checked[module] = step
             return True
 
-        def recompute(module, args, precise):
-            """The layer's output from detached copies of its inputs and weights, and the projected gradients."""
+        def recompute(module, args, kwargs, precise):
+            """The layer's output from copies of its inputs and weights (its forward alone: its hooks stay out),
+            the projected gradients, and the lowest precision computed in."""
             def cast(tensor):
                 copy = tensor.detach().clone()
                 if precise and copy.is_floating_point():
                     copy = copy.double()
                 return copy.requires_grad_(tensor.requires_grad and copy.is_floating_point())
 
-            weights = {name: cast(value) for name, value in module.named_parameters(recurse=False)}
+            from torch.nn.utils.stateless import _reparametrize_module
+            from torch.utils._pytree import tree_map
+
+            weights = {name: torch.nn.Parameter(cast(value), requires_grad=value.requires_grad)
+                       for name, value in module.named_parameters(recurse=False)}
             weights.update({name: cast(value) for name, value in module.named_buffers(recurse=False)})
-            inputs = tuple(cast(arg) if isinstance(arg, torch.Tensor) else arg for arg in args)
-            device, precisions = args_device(args), DtypesComputed()
-            with torch.enable_grad(), torch.autocast(device, dtype=torch.get_autocast_dtype(device),
-                                                     enabled=not precise and torch.is_autocast_enabled(device)), \
-                    precisions:
-                output = functional_call(module, weights, inputs)
+            inputs = tree_map(lambda leaf: cast(leaf) if isinstance(leaf, torch.Tensor) else leaf, (args, kwargs))
+            device = next((leaf.device.type for leaf in floating_leaves(inputs)), "cpu")
+            enabled, dtype = compat.autocast(device)
+            precisions = DtypesComputed()
+            with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=enabled and not precise), \
+                    _reparametrize_module(module, weights), precisions:
+                output = module.forward(*inputs[0], **inputs[1])
             if not isinstance(output, torch.Tensor) or not output.is_floating_point():
                 return None, None, None
-            wrt = [value for value in (*inputs, *weights.values())
-                   if isinstance(value, torch.Tensor) and value.requires_grad]
+            wrt = [leaf for leaf in floating_leaves(inputs) if leaf.requires_grad]
+            wrt += [value for value in weights.values() if value.requires_grad]
             grads = projected_gradients([output], wrt) if output.requires_grad else None
-            return output, grads, precisions.lowest(output.dtype)
+            return output, grads, precisions.lowest(output.dtype, bounds)
 
-        def args_device(args):
-            tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
-            return tensors[0].device.type if tensors else "cpu"
-
-        def check(module, args, output):
-            with random_state_kept():
-                precise_output, precise_grads, _ = recompute(module, args, precise=True)
-            with random_state_kept():
-                _, grads, precision = recompute(module, args, precise=False)
-            if precise_output is None:
+        def check(module, args, kwargs, output):
+            with compat.random_state_kept():
+                again, grads, precision = recompute(module, args, kwargs, precise=False)
+            if again is None or not torch.equal(again.detach(), output):
+                unchecked(f"{type(module).__name__} #{number(module)}",
+                          "its recomputation does not give its output (random numbers, or an input changed in place)")
                 return
+            with compat.random_state_kept():
+                precise_output, precise_grads, _ = recompute(module, args, kwargs, precise=True)
             errors = compare([("output", output)], [("output", precise_output)])
-            if grads is not None and precise_grads is not None:
-                errors += compare([(f"gradient {i}", grad) for i, grad in enumerate(grads)],
-                                  [(f"gradient {i}", grad) for i, grad in enumerate(precise_grads)])
-            tolerance = tolerances.setdefault(id(module), Tolerance(config))
+            if grads is not None or precise_grads is not None:
+                errors += compare([(f"gradient {i}", grad) for i, grad in enumerate(grads or ())],
+                                  [(f"gradient {i}", grad) for i, grad in enumerate(precise_grads or ())])
+            tolerance = tolerances.setdefault(module, Tolerance(config))
             beyond, threshold = tolerance.judge(errors, precision)
             if beyond:
-                layer = f"{type(module).__name__} #{layers[id(module)]}"
-                alarm_beyond(probe, "layer_differs_from_float64", layer, beyond, threshold, precision)
+                alarm_beyond(probe, "layer_differs_from_float64", f"{type(module).__name__} #{number(module)}",
+                             beyond, threshold, precision)
 
-        def hook(module, args, output):
-            if saved_tensors_hooked():
-                # torch.utils.checkpoint's hooks count what a forward saves, and fail the program's backward when
-                # its recomputation saves otherwise: a checkpointed layer is not checked
-                unchecked(type(module).__name__, "it runs under saved-tensor hooks (activation checkpointing)")
-                return None
-            if (torch.compiler.is_compiling() or not isinstance(output, torch.Tensor)
-                    or not output.is_floating_point() or next(module.children(), None) is not None
-                    or next(module.parameters(recurse=False), None) is None
-                    or isinstance(module, torch.nn.RNNBase) or not due(module)):
-                return None
+        def hook(module, args, kwargs, output):
             try:
-                check(module, args, output.detach())
+                if (compat.is_compiling() or not isinstance(output, torch.Tensor) or not output.is_floating_point()
+                        or next(module.children(), None) is not None
+                        or next(module.parameters(recurse=False), None) is None
+                        or isinstance(module, torch.nn.RNNBase)):
+                    return None
+                if compat.saved_tensors_hooked():
+                    # torch.utils.checkpoint's hooks count what a forward saves, and fail the program's backward
+                    # when its recomputation saves otherwise: a checkpointed layer is not checked
+                    unchecked(type(module).__name__, "it runs under saved-tensor hooks (activation checkpointing)")
+                    return None
+                if due(module):
+                    check(module, args, kwargs, output.detach())
             except Exception as error:  # noqa: BLE001 - the program's call succeeded: it goes on, unchecked here
                 unchecked(type(module).__name__, repr(error))
             return None
 
-        handle = register_module_forward_hook(hook)
+        try:
+            handles = [register_module_forward_hook(hook, with_kwargs=True)]
+        except TypeError:  # before torch 2.4 a global hook gets no keyword arguments
+            handles = [register_module_forward_hook(lambda module, args, output: hook(module, args, {}, output))]
         original_compile = torch.compile
 
         def compile_unhooked(*args, **kwargs):
-            """A program that compiles is left to shadow_eager from then on: the global hook would be traced into
-            its graphs, and under a stance that forbids recompiling (skip_guard_eval_unsafe) it fails the call."""
-            handle.remove()
+            """A program that compiles is not checked from then on: the global hook would be traced into its
+            graphs, and under a stance that forbids recompiling (skip_guard_eval_unsafe) it fails the call."""
+            if handles:
+                handles.pop().remove()
+                unchecked("the program", "it calls torch.compile: shadow_precise checks nothing from then on")
             return original_compile(*args, **kwargs)
 
         torch.compile = compile_unhooked

@@ -57,6 +57,8 @@ ZYGOTE_ENV_PASSED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "TZ")
 # default ``/tmp`` folder in every process that loads a C++ kernel, even one it finds in its cache: 4 to 5 s of a run
 # of PT-197888. The kernels are the same code either way; only how g++ is fed differs.
 COMPILER_ENV = {"TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
+# Set for a zygote whose preload lists torch among its packages: it imports torch before the preload (_limit_threads)
+TORCH_FIRST_ENV = "SILENTBENCH_ZYGOTE_TORCH_FIRST"
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ class ZygoteClient:
         # (about 41 MB); a warm child sizes its pools to its run's budget (_limit_threads).
         env.update(thread_environment(1))
         env.update(preload.env)
+        if "torch" in preload.packages:
+            env[TORCH_FIRST_ENV] = "1"
         self.log = tempfile.TemporaryFile()
         self.argument_file = None
         command = [python, "-m", "runners.executor", str(theirs.fileno()), preload.target]
@@ -390,12 +394,10 @@ def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     control.set_inheritable(False)
     module, _, function = sys.argv[2].partition(":")
-    global _set_torch_threads
-    try:
+    if os.environ.pop(TORCH_FIRST_ENV, "") == "1":
+        global _set_torch_threads
         import torch
-    except ImportError:  # an environment without torch: its warm runs size the other libraries' pools only
-        pass
-    else:
+
         _set_torch_threads = torch.set_num_threads
     getattr(import_module(module), function)(*sys.argv[3:])
     if threading.active_count() > 1:  # a fork copies one thread: the others' locks would stay held for good
