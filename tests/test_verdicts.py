@@ -149,17 +149,18 @@ def test_the_bug_page_and_the_catalog_take_caught_by_from_the_latest_stored_eval
         {**row, "detector": "loss_spike", "detected_runs": 3, "detected_beyond_fixed_runs": 3, "outcome": "detected"},
         {**row, "detector": "param_not_updated", "detected_runs": 0, "detected_beyond_fixed_runs": 0,
          "outcome": "missed"},
+        {**row, "detector": "differential", "detected_runs": 3, "detected_beyond_fixed_runs": 3, "outcome": "detected"},
         {**row, "bug": "TEST-OTHER", "detector": "nan_inf", "detected_runs": 1, "detected_beyond_fixed_runs": 1,
          "outcome": "detected"},
     ]})
     BugFactory(bug_id="TEST-UNRUN")
     text = " ".join(strip_tags(client.get("/bugs/TEST-V/").content.decode()).split())
-    assert "Caught by: loss_spike (" in text
+    assert "Caught by: differential (opt-in), loss_spike (" in text  # the reproducer handed differential its reference
     assert f"From the stored tables of evaluation #{evaluation.pk}" in text
 
     catalog = client.get("/").content.decode()
     rows = {row["ID"]: row for row in table(catalog, "bug-list")}
-    assert rows["TEST-V"]["Caught by"] == "loss_spike"
+    assert rows["TEST-V"]["Caught by"] == "differential (opt-in), loss_spike"
     assert rows["TEST-UNRUN"]["Caught by"] == "not in the evaluation"
     assert f"in evaluation #{evaluation.pk}" in " ".join(strip_tags(catalog).split())
 

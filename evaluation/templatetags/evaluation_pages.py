@@ -4,15 +4,24 @@ runners, must not import evaluation: the apps depend one way), and the methodolo
 from django import template
 
 from core.markdown import markdown_inline_html
+from runners.detectors.base import OPT_IN
 from runners.permissions import TRIGGER_PERMISSION
 
 from ..leaderboard import BASELINE, build_leaderboard
 from ..methodology import to_html
 from ..results import cached_for, latest_evaluation, results_viewer
+from ..tables import integration_of
 from ..verdicts import bug_detections, caught_by_in, headline_of, stored_bug_ids, table_verdicts
 from ..versions import bug_version_rows
 
 register = template.Library()
+
+
+@register.filter
+def marked_opt_in(detectors):
+    """Detector names, an opt-in one marked so ("differential (opt-in)"): the reproducer helped it, and a bug it
+    alone catches is caught by no drop-in detector."""
+    return [f"{name} ({OPT_IN})" if integration_of(name) == OPT_IN else name for name in detectors]
 
 
 @register.inclusion_tag("evaluation/leaderboard_box.html", takes_context=True)
