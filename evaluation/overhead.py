@@ -76,7 +76,9 @@ def _measure_pairs(detector, detector_pairs, pairs, write):
             continue
         samples.append(pair_sample(base, instrumented))
         if write:
-            write(f"  {detector.name} pair {pair + 1}/{pairs}: step x{samples[-1]['step_ratio']:.2f}, "
+            step_ratio = samples[-1]["step_ratio"]  # None: too few steps to time a steady one
+            write(f"  {detector.name} pair {pair + 1}/{pairs}: step "
+                  f"{'–' if step_ratio is None else f'x{step_ratio:.2f}'}, "
                   f"end to end x{samples[-1]['end_to_end_ratio']:.2f}")
     return overhead_record(detector.name, samples, pairs)
 
