@@ -240,6 +240,7 @@ GOOD = example_from_the_docs()
     (GOOD.replace("    def analyze(self, context, report):", "    def command(self, argv, context):"),
      "the worker calls it"),
     (GOOD.replace('version = "1"', 'version = "1"\n    preload = "traincheck"'), "the worker decides it"),
+    (GOOD.replace('version = "1"', 'version = "1"\n    in_quickstart = False'), "the worker decides it"),
     (GOOD.replace('version = "1"', 'version = "1"\n    needs_fit = True'), "needs_fit is True"),
     (GOOD.replace('name = "frozen_weights"', 'name = "nan_inf"'), "built-in detector"),
     ("", "No code"),

@@ -44,7 +44,8 @@ NOT_A_LITERAL = object()
 HOOKS = {"install": True, "analyze": False, "fit": False}  # hook -> required
 # What the worker itself calls or decides for a built-in plugin: a submitted one cannot change them, since its
 # code never runs in the worker (runners.detector_versions.submitted).
-WORKER_SIDE = ("command", "environment", "tool_version", "run_allowance", "config", "preload", "fit_family")
+WORKER_SIDE = ("command", "environment", "tool_version", "run_allowance", "config", "preload", "fit_family",
+               "evaluated_by_default", "in_quickstart")
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,10 @@ class DetectorPlugin:
     fit_family: str = ""  # detectors of one family share their fit artifacts (default: the plugin's own name)
     fit_config_keys: Sequence[str] = ()  # the config keys that change what ``fit`` learns
     preload: Preload = PROBE_PRELOAD  # what the zygote its runs fork from has imported (runners.executor.Preload)
+    # Whether ``manage.py evaluate`` runs it unless told which (the published evaluation must stay within an hour on
+    # two cores), and whether ``bin/quickstart`` does (its first matrix must come in minutes): docs/performance.md
+    evaluated_by_default: bool = True
+    in_quickstart: bool = True
 
     def config(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The plugin's ``default_config`` with ``overrides`` (a detector record's config) applied."""

@@ -66,6 +66,7 @@ class MegatronParamHashes(DetectorPlugin):
     name = "param_hashes_megatron"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (
         "Megatron-Core's check_param_hashes_across_dp_replicas: a SHA-1 of each parameter's bytes (as float32, "
         "on the CPU) that the training optimizer owns, all-gathered over the data-parallel group, here the whole "

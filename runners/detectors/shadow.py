@@ -245,6 +245,7 @@ class ShadowEager(DetectorPlugin):
     name = "shadow_eager"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (
         "Where the program compiles a module with torch.compile (or Module.compile()), the first call of every "
         "`every_n_steps`-th step is run again eagerly, on copies of its inputs, weights and buffers, and compared "
@@ -360,6 +361,7 @@ class ShadowPrecise(DetectorPlugin):
     name = "shadow_precise"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (
         "Every `every_n_steps`-th step, up to `layers_per_step` layers (modules with parameters and no submodules, "
         "those checked least recently first) are recomputed from copies of their inputs and weights: once at the "

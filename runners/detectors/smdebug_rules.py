@@ -54,6 +54,7 @@ class VanishingGradient(DetectorPlugin):
     name = "smdebug_vanishing_gradient"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} VanishingGradient: alarm `vanishing_gradient` at a step where the mean of the absolute "
                    "values of any gradient tensor is below `threshold` (default 1e-7).")
     default_config = {"threshold": 1e-7}
@@ -76,6 +77,7 @@ class ExplodingTensor(DetectorPlugin):
     name = "smdebug_exploding_tensor"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} ExplodingTensor: alarm `exploding_tensor` when a saved tensor (the loss, every "
                    "gradient before the step, every weight after it) holds a NaN or an infinity (only NaN when "
                    "`only_nan`; default false).")
@@ -116,6 +118,7 @@ class LossNotDecreasing(DetectorPlugin):
     name = "smdebug_loss_not_decreasing"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} LossNotDecreasing: every `num_steps` steps (default 10), the step's loss is compared "
                    "with the loss `num_steps` steps earlier; alarm `loss_not_decreasing` when it has not fallen by "
                    "at least `diff_percent` % of the earlier one (default 0.1). The documented "
@@ -144,6 +147,7 @@ class DeadRelu(DetectorPlugin):
     name = "smdebug_dead_relu"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} DeadRelu: a unit of an nn.ReLU's output is dead when it is active (> 0) for less "
                    "than `threshold_inactivity` % of the batch (default 1.0); alarm `dead_relu` when more than "
                    "`threshold_layer` % of a layer's units are dead (default 50). Judged on each call, the batch "
@@ -172,6 +176,7 @@ class WeightUpdateRatio(DetectorPlugin):
     name = "smdebug_weight_update_ratio"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} WeightUpdateRatio: for each weight tensor, |w_new - w_old| / (|w_old| + `epsilon`) "
                    "across one optimizer step (Euclidean norms: the page names the ratio, not the norm); alarm "
                    "`weight_update_ratio` when it is above `large_threshold` (default 10) or below "
@@ -205,6 +210,7 @@ class PoorWeightInitialization(DetectorPlugin):
     name = "smdebug_poor_weight_initialization"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} PoorWeightInitialization, over the first `steps` steps (default 10): alarm "
                    "`activation_variance_ratio` when the largest variance of an nn.ReLU's input is more than "
                    "`threshold` times the smallest one's over the layers of a step (default 10); "
@@ -268,6 +274,7 @@ class SaturatedActivation(DetectorPlugin):
     name = "smdebug_saturated_activation"
     version = "1"
     integration = DROP_IN
+    in_quickstart = False
     description = (f"{SOURCE} SaturatedActivation: a unit of an nn.Tanh's (nn.Sigmoid's) input is saturated when "
                    "it lies inside (`threshold_tanh_min`, `threshold_tanh_max`) = (-9.4999, 9.4999) "
                    "((`threshold_sigmoid_min`, `threshold_sigmoid_max`) = (-23, 16.99999)) for less than "

@@ -536,6 +536,7 @@ class TrainCheck(DetectorPlugin):
 @register
 class TrainCheckFull(TrainCheck):
     name = "traincheck_full"
+    evaluated_by_default = False  # 54 % of the published evaluation's run time: run it by name
     description = ("TrainCheck with full trace collection: every torch API call and model variable is traced, "
                    "then checked against the same invariants as selective collection; much slower.")
     default_config = {**TrainCheck.default_config, "collection": "full"}

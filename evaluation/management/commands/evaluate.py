@@ -48,7 +48,9 @@ class Command(BaseCommand):
                             help="seeds 0..N-1 per (reproducer, variant, detector)")
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--pipelines", type=comma_list, help="comma-separated clean pipelines (default: all)")
-        parser.add_argument("--detectors", type=comma_list, help="comma-separated detectors (default: all but plain)")
+        parser.add_argument("--detectors", type=comma_list,
+                            help="comma-separated detectors (default: all but plain and traincheck_full, which takes "
+                                 "half the hour: docs/performance.md)")
         parser.add_argument("--pairs", type=positive_int, default=5, help="plain/instrumented pairs per detector")
         parser.add_argument("--overhead-workload", default="transformer-adamw",
                             help="clean pipeline timed for overhead (held out of TrainCheck's fit)")
@@ -73,7 +75,8 @@ class Command(BaseCommand):
         every_pipeline = [version.reproducer.name for version in runnable_versions(pipelines=True)]
         plan = plan_from_options({
             "bugs": options["bugs"], "pipelines": options["pipelines"] or every_pipeline,
-            "detectors": options["detectors"] or [name for name in all_plugins() if name != "plain"],
+            "detectors": options["detectors"] or [name for name, plugin in all_plugins().items()
+                                                  if name != "plain" and plugin.evaluated_by_default],
             "seeds": range(options["seeds"])}, skip=is_fit_reference)
         workload = plan_from_options({"bugs": [], "pipelines": [options["overhead_workload"]],
                                       "detectors": ["plain"]}).versions[0]

@@ -26,8 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--seeds", type=int_list, default=[0], help="comma-separated seeds (default 0)")
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--detectors", type=comma_list,
-                            help="comma-separated detector names (default: every detector without a fit phase; "
-                                 "TrainCheck fits for minutes and runs ~6x slower: add it by name, or use evaluate)")
+                            help="comma-separated detector names (default: every detector without a fit phase "
+                                 "but the practitioners' rules and the shadows, which evaluate runs; TrainCheck fits "
+                                 "for minutes and runs ~6x slower: add any by name, or use evaluate)")
         parser.add_argument("--no-serve", action="store_true", help="stop once the campaign has finished")
         parser.add_argument("--concurrency", type=positive_int, default=os.cpu_count() or 1,
                             help="runs at a time (default: one per core)")
@@ -51,7 +52,8 @@ class Command(BaseCommand):
                     self.stdout.write(f"Dashboard: http://127.0.0.1:{port}/ (live progress under /campaigns/)")
                 campaign = create_campaign_from_options({
                     "name": "quickstart", "bugs": bugs, "variants": Variant.values,
-                    "detectors": detectors or [name for name, plugin in all_plugins().items() if not plugin.needs_fit],
+                    "detectors": detectors or [name for name, plugin in all_plugins().items()
+                                               if not plugin.needs_fit and plugin.in_quickstart],
                     "seeds": seeds, "steps": None,
                 })
                 self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs queued on the local worker.")
