@@ -391,6 +391,51 @@ def test_shadow_eager_leaves_a_compiled_function_and_an_uncompiled_module_alone(
     assert outcome.alarms == [] and "a compiled function is not shadowed" in outcome.stderr
 
 
+
+# PT-124357's pattern: a stance that skips the guards runs a stale graph once the module changed (buggy); a replay
+# of it would have to recompile, which it may not, so only the outputs are compared there.
+STALE_GRAPH = PROGRAM_PREAMBLE + """
+import torch
+torch.manual_seed(args.seed)
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear, self.scale = torch.nn.Linear(4, 1), 1.0
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+model = Scaled()
+compiled = torch.compile(model, backend="eager")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    if step == 4:
+        if args.variant == "buggy":
+            torch.compiler.set_stance(skip_guard_eval_unsafe=True)
+        model.scale = 2.0
+    optimizer.zero_grad()
+    loss = compiled(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=args.variant == "buggy", trigger_step=4, summary="a stale graph")
+"""
+
+
+def test_shadow_eager_compares_the_outputs_of_a_graph_it_cannot_replay():
+    outcomes = {}
+    for variant in ("buggy", "fixed"):
+        version = ReproducerVersionFactory(files={"repro.py": STALE_GRAPH}, time_limit_seconds=60, memory_mb=4096)
+        outcomes[variant] = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
+                                               variant=variant, steps=9))
+        assert outcomes[variant].succeeded, outcomes[variant].failure_reason + outcomes[variant].stderr
+    assert rules(outcomes["buggy"]) == [("compiled_differs_from_eager", 4), ("compiled_differs_from_eager", 8)]
+    assert outcomes["buggy"].alarms[0]["evidence"]["differences"]["output 0"] == pytest.approx(0.5, rel=1e-3)
+    assert "gradients left unchecked: its compiled graph cannot be replayed" in outcomes["buggy"].stderr
+    assert outcomes["fixed"].alarms == [] and "left unchecked" not in outcomes["fixed"].stderr
+
 # SageMaker Debugger's rules (runners/detectors/smdebug_rules.py): a fixed-batch regression that trains cleanly,
 # and per rule a fault that its documentation says it reports.
 SMDEBUG = PROGRAM_PREAMBLE + """
