@@ -21,7 +21,10 @@ LABEL_LINE = 22
 ROW_HEIGHT = 24  # px per heatmap row, a line of label; a row whose label wraps takes two
 FEWEST_ROWS = 4  # of height kept for the cells: with less, a phone's upright names leave plotly no plot area
 COLOUR_BAR_HEIGHT = 60  # px under the cells: the colour bar, its ticks and the no-data legend beside it
-NAMES_HEIGHT = 170  # px above the cells: the detectors' names, upright on a phone
+NAMES_HEIGHT = 170  # px above the cells: the detectors' names, upright on a phone (at least)
+NAME_CHARACTER = 7  # px of an upright detector name's character, at the axis font
+COLUMN_WIDTH = 18  # px a column needs at the least: an upright name's line, and the gap beside it
+ROW_LABELS_WIDTH = 170  # px the wrapped row labels and the margins take beside the cells
 
 
 def wrapped(text, width=LABEL_LINE):
@@ -42,7 +45,8 @@ def detection_heatmap(detection):
     Cells with no runs, and cells with false alarms but no detection (which the rate alone would show as a plain
     miss), are drawn by one-colour traces of their own, named in the legend. The layout reads at a
     phone's width as at a desktop's: long row labels wrap, the detectors' names turn upright when they would
-    overlap, and the colour bar lies under the cells rather than beside them."""
+    overlap, a plot too wide for the screen scrolls sideways inside its figure (``meta.min_width``), and the colour
+    bar lies under the cells rather than beside them."""
     records = detection.to_dict("records")
     detectors = sorted({r["detector"] for r in records})
     bugs = sorted({(r["bug"], r["reproducer"]) for r in records})
@@ -88,9 +92,12 @@ def detection_heatmap(detection):
                                            FALSE_ALARM_COLOUR, text=layer_text, text_colour="#000000", hover=hover))
     labels = [wrapped(row) for row in rows_shown]
     rows_height = sum(ROW_HEIGHT * (1 + row.count("<br>")) for row in labels)
+    names_height = max(NAMES_HEIGHT, NAME_CHARACTER * max(map(len, detectors), default=0) + 10)
     figure.update_layout(
         **{**LAYOUT, "margin": {**LAYOUT["margin"], "b": COLOUR_BAR_HEIGHT}},
-        height=NAMES_HEIGHT + COLOUR_BAR_HEIGHT + max(rows_height, FEWEST_ROWS * ROW_HEIGHT),
+        height=names_height + COLOUR_BAR_HEIGHT + max(rows_height, FEWEST_ROWS * ROW_HEIGHT),
+        # charts.js: the plot is never narrower, and scrolls inside its figure rather than crowd the names
+        meta={"min_width": ROW_LABELS_WIDTH + COLUMN_WIDTH * len(detectors)},
         xaxis={"side": "top", "automargin": True, "tickvals": detectors, "autotickangles": [-30, -90]},
         yaxis={"autorange": "reversed", "automargin": True, "tickvals": rows_shown, "ticktext": labels},
         # the no-data swatch under the row labels, left of the colour bar
