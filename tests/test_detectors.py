@@ -436,6 +436,58 @@ def test_shadow_eager_compares_the_outputs_of_a_graph_it_cannot_replay():
     assert "gradients left unchecked: its compiled graph cannot be replayed" in outcomes["buggy"].stderr
     assert outcomes["fixed"].alarms == [] and "left unchecked" not in outcomes["fixed"].stderr
 
+
+# A correct forward that changes its input and a buffer in place: the recomputation starts from copies taken before
+# the program's call, or it would apply both changes twice and see a difference.
+IN_PLACE = PROGRAM_PREAMBLE + """
+import torch
+torch.manual_seed(args.seed)
+
+class Normalised(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+        self.register_buffer("mean", torch.zeros(4))
+
+    def forward(self, x):
+        self.mean.mul_(0.9).add_(0.1 * x.detach().mean(dim=0))
+        x.sub_(self.mean)
+        return self.linear(x)
+
+model = Normalised()
+compiled = torch.compile(model, backend="aot_eager")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    loss = compiled(torch.randn(8, 4) + 3).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=False, trigger_step=0, summary="nothing is wrong")
+"""
+
+
+def test_shadow_eager_recomputes_from_what_the_call_was_given_not_what_it_left():
+    version = ReproducerVersionFactory(files={"repro.py": IN_PLACE}, time_limit_seconds=60, memory_mb=4096)
+    plain = execute(RunFactory(reproducer_version=version, detector=do_record_detector("plain"), variant="fixed",
+                               steps=9))
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
+                                 variant="fixed", steps=9))
+    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    assert outcome.alarms == [] and "left unchecked" not in outcome.stderr, outcome.stderr
+    assert losses(outcome) == losses(plain)
+
+
+def test_shadow_eager_leaves_a_module_with_hooks_unchecked():
+    source = IN_PLACE.replace("model = Normalised()", "model = Normalised()\nmodel.linear.register_forward_hook("
+                              "lambda module, args, output: None)")
+    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
+    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
+                                 variant="fixed", steps=5))
+    assert outcome.succeeded and outcome.alarms == []
+    assert "its modules have hooks, which a recomputation would run once more" in outcome.stderr
+
 # SageMaker Debugger's rules (runners/detectors/smdebug_rules.py): a fixed-batch regression that trains cleanly,
 # and per rule a fault that its documentation says it reports.
 SMDEBUG = PROGRAM_PREAMBLE + """

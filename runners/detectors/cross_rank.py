@@ -82,19 +82,20 @@ class MegatronParamHashes(DetectorPlugin):
     def install(self, probe):
         import hashlib
 
-        import torch
         import torch.distributed as dist
 
         every = max(1, int(probe.config["every_n_steps"]))
         followed = []  # the training optimizer: the first to step in this process, the same on every rank
+        steps = [0]  # the followed optimizer's steps
 
         def compare_hashes(optimizer, when):
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            local = torch.tensor([list(hashlib.sha1(p.detach().float().cpu().numpy().tobytes()).digest())
-                                  for p in params], dtype=torch.int64).reshape(len(params), 20)
-            gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-            dist.all_gather(gathered, local)
-            differing = (gathered[0] != local).any(dim=1).nonzero().flatten().tolist()
+            local = [hashlib.sha1(p.detach().float().cpu().numpy().tobytes()).hexdigest() for p in params]
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, local)  # any backend, and ranks with other numbers of parameters
+            reference = gathered[0]
+            differing = [index for index, digest in enumerate(local)
+                         if index >= len(reference) or reference[index] != digest]
             if differing:
                 probe.alarm("param_hashes_differ", f"{len(differing)} parameter(s) hash otherwise than on rank 0 "
                             f"({when})", {"param_indices": differing[:20], "world_size": dist.get_world_size()})
@@ -105,7 +106,9 @@ class MegatronParamHashes(DetectorPlugin):
                 compare_hashes(optimizer, "before the first step")
 
         def after(optimizer):
-            if followed and followed[0] == id(optimizer) and probe.step % every == 0:
-                compare_hashes(optimizer, f"after step {probe.step}")
+            if followed and followed[0] == id(optimizer):
+                steps[0] += 1  # its own steps: the probe's count may lead on a rank with an extra optimizer
+                if steps[0] % every == 0:
+                    compare_hashes(optimizer, f"after step {probe.step}")
 
         probe.on_optimizer_step(before=before, after=after)

@@ -18,7 +18,6 @@ stderr, never with an alarm (which would count as a detection).
 import math
 import sys
 import weakref
-from contextlib import nullcontext
 
 from .base import DROP_IN, DetectorPlugin, register
 
@@ -130,8 +129,8 @@ def projected_gradients(outputs, wrt):
     import torch
 
     generator = torch.Generator().manual_seed(PROJECTION_SEED)
-    terms = [(output.double() * torch.randn(output.shape, generator=generator, dtype=torch.float64).to(output.device))
-             .sum() for output in outputs if output.requires_grad]
+    terms = [(output.double() * torch.randn(output.shape, generator=generator, dtype=torch.float64, device="cpu")
+              .to(output.device)).sum() for output in outputs if output.requires_grad]
     if not terms or not wrt:
         return None
     return torch.autograd.grad(sum(terms), wrt, allow_unused=True)
@@ -210,34 +209,76 @@ class Torch:
                 return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
             return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
 
+    def random_state(self):
+        """The random state of the CPU and of every CUDA device in use."""
+        torch = self.torch
+        return torch.random.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+
+    def set_random_state(self, state):
+        cpu, cuda = state
+        self.torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            self.torch.cuda.set_rng_state_all(cuda)
+
+    def seed_every_device(self, seed):
+        """Seed the CPU and the CUDA devices in use (not the others: a lazy seed would outlive a fork_rng)."""
+        self.torch.random.default_generator.manual_seed(seed)
+        if self.torch.cuda.is_initialized():
+            self.torch.cuda.manual_seed_all(seed)
+
     def random_state_kept(self):
         """Around a recomputation: the random state of the CPU and of every CUDA device in use, put back on exit."""
         torch = self.torch
         return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else [])
 
 
-def weights_copied(module):
-    """While in it, ``module`` computes with copies of its parameters (detached ``nn.Parameter``s, as compiled code
-    expects) and buffers; yields the copies of the parameters that require grad."""
-    import torch
-    from torch.nn.utils.stateless import _reparametrize_module
+class Snapshot:
+    """A compiled module's call, copied before it runs: its inputs, parameters and buffers (a forward that changes
+    an input or a buffer in place must not change them a second time in the recomputation). ``path()`` makes the
+    module compute with fresh copies of them (detached ``nn.Parameter``s, as compiled code expects; a weight
+    shared by two names, tied, stays one copy) and yields the copied inputs and the parameters that require grad."""
 
-    if module is None:
-        return nullcontext([])
-    params = {name: torch.nn.Parameter(param.detach().clone(), requires_grad=param.requires_grad)
-              for name, param in module.named_parameters()}
-    buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+    def __init__(self, module, args, kwargs):
+        self.module, self.inputs = module, detached_copy((args, kwargs))
+        self.names = {}  # id of a parameter or buffer: its names
+        self.values = {}  # id: a detached copy, and whether it is a parameter that requires grad
+        for kind, named in (("param", module.named_parameters(remove_duplicate=False)),
+                            ("buffer", module.named_buffers(remove_duplicate=False))):
+            for name, value in named:
+                self.names.setdefault(id(value), []).append(name)
+                self.values[id(value)] = (value.detach().clone(), kind == "param", value.requires_grad)
 
-    class Copied:
-        def __enter__(self):
-            self.context = _reparametrize_module(module, {**params, **buffers})
-            self.context.__enter__()
-            return [param for param in params.values() if param.requires_grad]
+    def path(self):
+        import torch
+        from torch.nn.utils.stateless import _reparametrize_module
 
-        def __exit__(self, *exc):
-            return self.context.__exit__(*exc)
+        copies = {key: (torch.nn.Parameter(value.clone(), requires_grad=grad) if is_param else value.clone())
+                  for key, (value, is_param, grad) in self.values.items()}
+        swapped = {name: copies[key] for key, names in self.names.items() for name in names}
+        snapshot = self
 
-    return Copied()
+        class Path:
+            def __enter__(self):
+                self.context = _reparametrize_module(snapshot.module, swapped)
+                self.context.__enter__()
+                params = [value for value in copies.values() if isinstance(value, torch.nn.Parameter)
+                          and value.requires_grad]
+                return detached_copy(snapshot.inputs), params
+
+            def __exit__(self, *exc):
+                return self.context.__exit__(*exc)
+
+        return Path()
+
+
+def hooked(module):
+    """Whether a recomputation of ``module`` would run hooks of the program's (its modules' forward hooks, or global
+    ones): they would see the copies, and run once more than the program ran them."""
+    from torch.nn.modules import module as modules
+
+    hooks = ("_forward_hooks", "_forward_pre_hooks")
+    return (any(getattr(modules, f"_global{name}", None) for name in hooks)
+            or any(getattr(child, name, None) for child in module.modules() for name in hooks))
 
 
 @register
@@ -248,12 +289,14 @@ class ShadowEager(DetectorPlugin):
     in_quickstart = False
     description = (
         "Where the program compiles a module with torch.compile (or Module.compile()), the first call of every "
-        "`every_n_steps`-th step is run again eagerly, on copies of its inputs, weights and buffers, and compared "
+        "`every_n_steps`-th step is run again eagerly, on copies of its inputs, weights and buffers taken before "
+        "the call, and compared "
         "with the compiled outputs; its projected gradients are compared with those of a replay of the compiled "
         "graph on the same copies. A relative difference above the tolerance learned over the first "
         "`warmup_samples` samples (x `learned_factor`, at least `floor`), or above the bound of the lowest "
-        "precision computed in, is an alarm. A graph that draws random numbers (dropout) in the mode it runs in, "
-        "and a compiled function (whose side effects could not be undone), are left unchecked."
+        "precision computed in, is an alarm. A module that draws random numbers (dropout) in the mode it runs in "
+        "or has forward hooks, and a compiled function (whose side effects could not be undone), are left "
+        "unchecked."
     )
     default_config = {"every_n_steps": 4, "warmup_samples": 2, "learned_factor": 10.0, "floor": 1e-5, "bounds": {}}
 
@@ -277,24 +320,33 @@ class ShadowEager(DetectorPlugin):
                 if skipped or compat.is_compiling() or probe.step % every or probe.step in sampled_at:
                     return compiled(*args, **kwargs)
                 sampled_at[:] = [probe.step]
-                state = torch.random.get_rng_state()
+                try:
+                    if hooked(module):
+                        skipped.append(True)
+                        unchecked(site, "its modules have hooks, which a recomputation would run once more")
+                        return compiled(*args, **kwargs)
+                    state, snapshot = compat.random_state(), Snapshot(module, args, kwargs)
+                except Exception as error:  # noqa: BLE001 - the program's call goes on, unchecked
+                    skipped.append(True)
+                    unchecked(site, repr(error))
+                    return compiled(*args, **kwargs)
                 output = compiled(*args, **kwargs)
                 try:
-                    check(args, kwargs, output, state)
+                    check(snapshot, output, state)
                 except Exception as error:  # noqa: BLE001 - the program's call succeeded: it goes on, unchecked
                     skipped.append(True)
                     unchecked(site, repr(error))
                 return output
 
-            def check(args, kwargs, output, state):
+            def check(snapshot, output, state):
                 outputs = floating_leaves(output)
                 if not outputs:
                     return
                 backward = torch.is_grad_enabled() and any(value.requires_grad for value in outputs)
                 with compat.random_state_kept(), DtypesComputed() as precisions:  # from the program's random state
-                    torch.random.set_rng_state(state)
-                    eager_outputs, eager_grads = run_path(eager, args, kwargs, backward)
-                if draws_random_numbers(args, kwargs, eager_outputs):
+                    compat.set_random_state(state)
+                    eager_outputs, eager_grads = run_path(eager, snapshot, backward)
+                if draws_random_numbers(snapshot, eager_outputs):
                     skipped.append(True)
                     unchecked(site, "it draws random numbers, which compiled code draws otherwise than eager")
                     return
@@ -303,8 +355,8 @@ class ShadowEager(DetectorPlugin):
                 if backward and compat.set_stance is not None and not replay_failed:
                     try:
                         with compat.random_state_kept(), compat.set_stance("fail_on_recompile"):
-                            torch.random.set_rng_state(state)
-                            _, compiled_grads = run_path(compiled, args, kwargs, backward)
+                            compat.set_random_state(state)
+                            _, compiled_grads = run_path(compiled, snapshot, backward)
                     except Exception as error:  # noqa: BLE001 - the outputs are still compared
                         replay_failed.append(True)
                         unchecked(f"{site}'s gradients", f"its compiled graph cannot be replayed: {error!r}")
@@ -316,23 +368,22 @@ class ShadowEager(DetectorPlugin):
                 if beyond:
                     alarm_beyond(probe, "compiled_differs_from_eager", site, beyond, threshold, precision)
 
-            def draws_random_numbers(args, kwargs, eager_outputs):
+            def draws_random_numbers(snapshot, eager_outputs):
                 """Whether the eager path gives other outputs from another random state, asked once for each of
                 the module's modes (a validation pass in eval mode may come before training)."""
                 mode = module.training
                 if mode not in random_by_mode:
                     with compat.random_state_kept():
-                        torch.random.default_generator.manual_seed(PROJECTION_SEED)
-                        redrawn, _ = run_path(eager, args, kwargs, backward=False)
+                        compat.seed_every_device(PROJECTION_SEED)
+                        redrawn, _ = run_path(eager, snapshot, backward=False)
                     random_by_mode[mode] = any(error > 0 for _, error in compare(list(enumerate(redrawn)),
                                                                                  list(enumerate(eager_outputs))))
                 return random_by_mode[mode]
 
-            def run_path(function, args, kwargs, backward):
-                """``function``'s floating outputs on copies of the inputs and of the module's weights, and (when
-                ``backward``) their projected gradients with respect to those copies."""
-                inputs = detached_copy((args, kwargs))
-                with torch.enable_grad() if backward else torch.no_grad(), weights_copied(module) as params:
+            def run_path(function, snapshot, backward):
+                """``function``'s floating outputs on fresh copies of the snapshot, and (when ``backward``) their
+                projected gradients with respect to those copies."""
+                with torch.enable_grad() if backward else torch.no_grad(), snapshot.path() as (inputs, params):
                     outputs = floating_leaves(function(*inputs[0], **inputs[1]))
                     if not backward:
                         return outputs, None
@@ -390,6 +441,7 @@ class ShadowPrecise(DetectorPlugin):
         bounds, compat = bounds_of(config), Torch()
         # by layer: its tolerance, the step it was last checked at (-1: never), its number in the order first seen
         tolerances, last_checked, numbers = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary(), {}
+        seen_at = weakref.WeakKeyDictionary()  # by layer: the last sampled step it was called in
         checked_at = {"step": -1, "layers": 0}
 
         def number(module):
@@ -403,8 +455,12 @@ class ShadowPrecise(DetectorPlugin):
             if checked_at["step"] != step:
                 checked_at.update(step=step, layers=0)
             last = last_checked.setdefault(module, -1)
+            seen_at[module] = step
             number(module)
-            if checked_at["layers"] >= per_step or last == step or last > min(last_checked.values()):
+            # the least recently checked among the layers that still run (seen this round or the last): a layer
+            # that stopped being called (eval only, an expert no token reaches) must not hold the others back
+            running = [checked for layer, checked in last_checked.items() if seen_at.get(layer, -1) >= step - every]
+            if checked_at["layers"] >= per_step or last == step or last > min(running):
                 return False
             checked_at["layers"] += 1
             last_checked[module] = step

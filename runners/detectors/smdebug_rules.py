@@ -16,13 +16,19 @@ documentation rule by rule.
 """
 from .base import DROP_IN, DetectorPlugin, register
 from .loss_spike import watch_losses
+from .shadow import Torch
 
 SOURCE = "SageMaker Debugger built-in rule"
 
 
 def gradients(optimizer):
-    return [(index, p.grad.detach()) for index, p in enumerate(p for group in optimizer.param_groups
-                                                                for p in group["params"]) if p.grad is not None]
+    """(index, gradient) of the parameters an optimizer owns; a sparse gradient (an embedding's) as its values."""
+    found = []
+    for index, param in enumerate(p for group in optimizer.param_groups for p in group["params"]):
+        if param.grad is not None:
+            grad = param.grad.detach()
+            found.append((index, grad.coalesce().values() if grad.is_sparse else grad))
+    return found
 
 
 def weights(optimizer):
@@ -34,9 +40,11 @@ def watch_modules(kinds, on_call):
     import torch
     from torch.nn.modules.module import register_module_forward_hook
 
+    is_compiling = Torch().is_compiling
+
     def hook(module, args, output):
-        if (isinstance(module, kinds) and not torch.compiler.is_compiling() and args
-                and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor)):
+        if (isinstance(module, kinds) and not is_compiling() and args and isinstance(args[0], torch.Tensor)
+                and isinstance(output, torch.Tensor) and output.numel()):
             on_call(module, args[0].detach(), output.detach())
 
     register_module_forward_hook(hook)
@@ -135,7 +143,7 @@ class LossNotDecreasing(DetectorPlugin):
                 return
             losses[step] = value
             earlier = losses.get(step - every)
-            if step and step % every == 0 and earlier is not None and value > earlier * (1 - percent / 100):
+            if step and step % every == 0 and earlier is not None and value > earlier - abs(earlier) * percent / 100:
                 probe.alarm("loss_not_decreasing", f"loss {value:.4g} at step {step} has not fallen {percent:g} % "
                             f"below {earlier:.4g} at step {step - every}", {"loss": value, "earlier": earlier})
 
@@ -245,7 +253,7 @@ class PoorWeightInitialization(DetectorPlugin):
                 if ratio > ratio_limit:
                     once("activation_variance_ratio", f"ReLU input variances differ {ratio:.3g}x across layers",
                          {"ratio": ratio})
-            grads = [grad.flatten().double() for _, grad in gradients(optimizer)]
+            grads = [grad.flatten().double().cpu() for _, grad in gradients(optimizer)]
             if grads:
                 values = torch.cat(grads)
                 spread = (torch.quantile(values, 0.95) - torch.quantile(values, 0.05)).item() if values.numel() <= (
@@ -260,7 +268,7 @@ class PoorWeightInitialization(DetectorPlugin):
             if not losses or losses[-1][0] != probe.step:
                 losses.append((probe.step, value))
             first_step, first = losses[0]
-            if probe.step - first_step >= patience and min(loss for _, loss in losses[1:]) >= first:
+            if probe.step - first_step >= patience and min((loss for _, loss in losses[1:]), default=first) >= first:
                 once("loss_not_decreasing_early", f"the loss has not fallen below {first:.4g} in {patience} steps",
                      {"first_loss": first})
 
