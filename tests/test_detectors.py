@@ -28,13 +28,18 @@ NAN_AT_STEP_3 = "if args.variant == 'buggy' and step >= 3: loss = loss * float('
 FROZEN = "for p in model.parameters(): p.requires_grad_(args.variant != 'buggy')\nmodel.bias.requires_grad_(True)"
 
 
-def run(detector, variant, setup="optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", fault="pass", steps=6):
-    source = TRAINING.replace("{setup}", setup).replace("{fault}", fault)
-    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
+def run_program(source, detector, variant, steps, time_limit_seconds=60):
+    """One succeeded run of the program ``source`` under ``detector``, through the real sandbox."""
+    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=time_limit_seconds,
+                                       memory_mb=4096)
     outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant,
                                  steps=steps))
     assert outcome.succeeded, outcome.failure_reason + outcome.stderr
     return outcome
+
+
+def run(detector, variant, setup="optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", fault="pass", steps=6):
+    return run_program(TRAINING.replace("{setup}", setup).replace("{fault}", fault), detector, variant, steps)
 
 
 def rules(outcome):
@@ -176,10 +181,7 @@ if __name__ == "__main__":
     ("fixed", []),
 ])
 def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
-    version = ReproducerVersionFactory(files={"repro.py": TWO_RANKS}, time_limit_seconds=120, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("cross_rank_consistency"),
-                                 variant=variant, steps=6))
-    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    outcome = run_program(TWO_RANKS, "cross_rank_consistency", variant, steps=6, time_limit_seconds=120)
     assert sorted(rules(outcome)) == sorted(expected)
     assert all(alarm["evidence"]["param_indices"] == [0] for alarm in outcome.alarms)
 
@@ -188,12 +190,9 @@ def test_cross_rank_consistency_watches_replicas_not_shards(variant, expected):
 def test_megatrons_param_hashes_compare_every_parameter_with_rank_0_shards_included():
     """Megatron assumes every parameter is a data-parallel replica: the shard differs on rank 1 from before the
     first step, in both variants; the replica joins it from step 3 in the buggy one."""
-    version = ReproducerVersionFactory(files={"repro.py": TWO_RANKS}, time_limit_seconds=120, memory_mb=4096)
     found = {}
     for variant in ("buggy", "fixed"):
-        outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("param_hashes_megatron"),
-                                     variant=variant, steps=6))
-        assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+        outcome = run_program(TWO_RANKS, "param_hashes_megatron", variant, steps=6, time_limit_seconds=120)
         found[variant] = sorted((alarm["step"], alarm["rank"], tuple(alarm["evidence"]["param_indices"]))
                                 for alarm in outcome.alarms)
     assert found["fixed"] == [(0, 1, (1,))] * 2 + [(step, 1, (1,)) for step in range(1, 6)]
@@ -225,10 +224,7 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=2, summa
 
 @pytest.mark.parametrize("variant, expected", [("buggy", [("mismatch:grad", 2)]), ("fixed", [])])
 def test_differential_alarms_where_the_two_ways_first_disagree(variant, expected):
-    version = ReproducerVersionFactory(files={"repro.py": TWO_WAYS}, time_limit_seconds=60, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("differential"),
-                                 variant=variant, steps=5))
-    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    outcome = run_program(TWO_WAYS, "differential", variant, steps=5)
     assert rules(outcome) == expected
     assert outcome.detector_summary["comparisons"] == 5
 
@@ -238,6 +234,11 @@ def test_differential_is_silent_for_a_reproducer_that_does_not_opt_in():
     assert outcome.alarms == [] and outcome.detector_summary["comparisons"] == 0
 
 
+# A kernel whose float32 backward is 3 % off in the buggy variant and whose float64 one is right (a bug of one
+# precision), for the programs below.
+FLOAT32_OFF = """class Float32Off(torch.autograd.Function):
+    forward = staticmethod(lambda ctx, x: x.clone())
+    backward = staticmethod(lambda ctx, g: g * 1.03 if g.dtype == torch.float32 and args.variant == "buggy" else g)"""
 
 # A compiled model whose buggy variant's graph computes 1 % more than eager mode (a backend of its own, as an Inductor
 # miscompilation would); the fixed one compiles with aot_eager (no Inductor: seconds, not a minute). OffInFloat32's
@@ -246,9 +247,7 @@ COMPILED = PROGRAM_PREAMBLE + """
 import torch
 torch.manual_seed(args.seed)
 
-class Float32Off(torch.autograd.Function):
-    forward = staticmethod(lambda ctx, x: x.clone())
-    backward = staticmethod(lambda ctx, g: g * 1.03 if g.dtype == torch.float32 and args.variant == "buggy" else g)
+{float32_off}
 
 class OffInFloat32(torch.nn.Linear):
     def forward(self, x):
@@ -274,17 +273,13 @@ for step in range(args.steps):
     report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
 report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="see the backend",
        evidence={"gradients_seen": len(gradients_seen)})
-"""
+""".replace("{float32_off}", FLOAT32_OFF)
 
 
 def shadowed(detector, variant, *, dropout=0.0, last="torch.nn.Linear", compile=True, autocast=False):
     source = (COMPILED.replace("{dropout}", str(dropout)).replace("{last}", last)
               .replace("{compile}", str(compile)).replace("{autocast}", str(autocast)))
-    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=120, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector(detector), variant=variant,
-                                 steps=9))
-    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
-    return outcome
+    return run_program(source, detector, variant, steps=9, time_limit_seconds=120)
 
 
 def losses(outcome):
@@ -336,9 +331,7 @@ import copy
 import torch
 torch.manual_seed(args.seed)
 
-class Float32Off(torch.autograd.Function):
-    forward = staticmethod(lambda ctx, x: x.clone())
-    backward = staticmethod(lambda ctx, g: g * 1.03 if g.dtype == torch.float32 and args.variant == "buggy" else g)
+{float32_off}
 
 class Scaled(torch.nn.Linear):
     def forward(self, x, scale=1.0, off=False):
@@ -359,7 +352,7 @@ for step in range(args.steps):
     optimizer.step()
     report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
 report(event="oracle", manifested=args.variant == "buggy", trigger_step=0, summary="the last layer")
-"""
+""".replace("{float32_off}", FLOAT32_OFF)
 
 
 COMPILES = """step_function = torch.compile(lambda x: (x * 2).sum(), backend="eager")  # a function: not shadowed
@@ -371,10 +364,7 @@ def test_shadow_precise_takes_every_layer_in_turn_with_its_keyword_arguments():
     outcomes = {}
     for variant in ("buggy", "fixed"):
         source = LAYERS.replace("{compiles}", "step_function = lambda x: (x * 2).sum()")  # nothing compiled
-        version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
-        outcomes[variant] = execute(RunFactory(reproducer_version=version, detector=do_record_detector(
-            "shadow_precise"), variant=variant, steps=9))
-        assert outcomes[variant].succeeded, outcomes[variant].failure_reason + outcomes[variant].stderr
+        outcomes[variant] = run_program(source, "shadow_precise", variant, steps=9)
     # four layers a sampled step, those checked least recently first: #0-#3 at step 0, #4 and #5 at step 4, #0-#3
     # at step 8; the sixth is compared with its keyword arguments (else it would differ by its scale, or be
     # left unchecked)
@@ -383,11 +373,7 @@ def test_shadow_precise_takes_every_layer_in_turn_with_its_keyword_arguments():
 
 
 def test_shadow_eager_leaves_a_compiled_function_and_an_uncompiled_module_alone():
-    version = ReproducerVersionFactory(files={"repro.py": LAYERS.replace("{compiles}", COMPILES)},
-                                       time_limit_seconds=60, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
-                                 variant="fixed", steps=5))
-    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    outcome = run_program(LAYERS.replace("{compiles}", COMPILES), "shadow_eager", "fixed", steps=5)
     assert outcome.alarms == [] and "a compiled function is not shadowed" in outcome.stderr
 
 
@@ -425,12 +411,7 @@ report(event="oracle", manifested=args.variant == "buggy", trigger_step=4, summa
 
 
 def test_shadow_eager_compares_the_outputs_of_a_graph_it_cannot_replay():
-    outcomes = {}
-    for variant in ("buggy", "fixed"):
-        version = ReproducerVersionFactory(files={"repro.py": STALE_GRAPH}, time_limit_seconds=60, memory_mb=4096)
-        outcomes[variant] = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
-                                               variant=variant, steps=9))
-        assert outcomes[variant].succeeded, outcomes[variant].failure_reason + outcomes[variant].stderr
+    outcomes = {variant: run_program(STALE_GRAPH, "shadow_eager", variant, steps=9) for variant in ("buggy", "fixed")}
     assert rules(outcomes["buggy"]) == [("compiled_differs_from_eager", 4), ("compiled_differs_from_eager", 8)]
     assert outcomes["buggy"].alarms[0]["evidence"]["differences"]["output 0"] == pytest.approx(0.5, rel=1e-3)
     assert "gradients left unchecked: its compiled graph cannot be replayed" in outcomes["buggy"].stderr
@@ -469,12 +450,8 @@ report(event="oracle", manifested=False, trigger_step=0, summary="nothing is wro
 
 
 def test_shadow_eager_recomputes_from_what_the_call_was_given_not_what_it_left():
-    version = ReproducerVersionFactory(files={"repro.py": IN_PLACE}, time_limit_seconds=60, memory_mb=4096)
-    plain = execute(RunFactory(reproducer_version=version, detector=do_record_detector("plain"), variant="fixed",
-                               steps=9))
-    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
-                                 variant="fixed", steps=9))
-    assert outcome.succeeded, outcome.failure_reason + outcome.stderr
+    plain = run_program(IN_PLACE, "plain", "fixed", steps=9)
+    outcome = run_program(IN_PLACE, "shadow_eager", "fixed", steps=9)
     assert outcome.alarms == [] and "left unchecked" not in outcome.stderr, outcome.stderr
     assert losses(outcome) == losses(plain)
 
@@ -482,10 +459,8 @@ def test_shadow_eager_recomputes_from_what_the_call_was_given_not_what_it_left()
 def test_shadow_eager_leaves_a_module_with_hooks_unchecked():
     source = IN_PLACE.replace("model = Normalised()", "model = Normalised()\nmodel.linear.register_forward_hook("
                               "lambda module, args, output: None)")
-    version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
-    outcome = execute(RunFactory(reproducer_version=version, detector=do_record_detector("shadow_eager"),
-                                 variant="fixed", steps=5))
-    assert outcome.succeeded and outcome.alarms == []
+    outcome = run_program(source, "shadow_eager", "fixed", steps=5)
+    assert outcome.alarms == []
     assert "its modules have hooks, which a recomputation would run once more" in outcome.stderr
 
 # SageMaker Debugger's rules (runners/detectors/smdebug_rules.py): a fixed-batch regression that trains cleanly,
@@ -530,11 +505,6 @@ SMDEBUG_CASES = {  # rule: (activation, setup, fault, the alarms' rule and first
 def test_each_sagemaker_debugger_rule_reports_its_fault_and_is_quiet_on_clean_training(detector):
     activation, setup, fault, (rule, step) = SMDEBUG_CASES[detector]
     source = SMDEBUG.replace("{activation}", activation).replace("{setup}", setup).replace("{fault}", fault or "pass")
-    outcomes = {}
-    for variant in ("buggy", "fixed"):
-        version = ReproducerVersionFactory(files={"repro.py": source}, time_limit_seconds=60, memory_mb=4096)
-        outcomes[variant] = execute(RunFactory(reproducer_version=version, detector=do_record_detector(detector),
-                                               variant=variant, steps=12))
-        assert outcomes[variant].succeeded, outcomes[variant].failure_reason + outcomes[variant].stderr
+    outcomes = {variant: run_program(source, detector, variant, steps=12) for variant in ("buggy", "fixed")}
     assert min(rules(outcomes["buggy"]), key=lambda pair: pair[1]) == (rule, step), rules(outcomes["buggy"])
     assert outcomes["fixed"].alarms == [], rules(outcomes["fixed"])

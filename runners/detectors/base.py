@@ -74,6 +74,11 @@ def get_plugin(name: str) -> "DetectorPlugin":
     return plugins[name]
 
 
+def owned_parameters(optimizer: Any) -> list[Any]:
+    """Every parameter an optimizer owns, in the order of its groups."""
+    return [param for group in optimizer.param_groups for param in group["params"]]
+
+
 def preload_probe() -> None:
     """What the zygote of instrumented runs imports (``PROBE_PRELOAD``): torch, warm, and every plugin module, as the
     probe loads them."""

@@ -1,4 +1,4 @@
-from .base import DROP_IN, DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, owned_parameters, register
 
 
 @register
@@ -28,7 +28,7 @@ class CrossRankConsistency(DetectorPlugin):
         replicas = {}
 
         def checksums(optimizer):
-            params = [p for group in optimizer.param_groups for p in group["params"]]
+            params = owned_parameters(optimizer)
             local = torch.tensor([[p.detach().double().sum().item(), (p.detach().double() ** 2).sum().item()]
                                   for p in params], dtype=torch.float64)
             gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
@@ -89,7 +89,7 @@ class MegatronParamHashes(DetectorPlugin):
         steps = [0]  # the followed optimizer's steps
 
         def compare_hashes(optimizer, when):
-            params = [p for group in optimizer.param_groups for p in group["params"]]
+            params = owned_parameters(optimizer)
             local = [hashlib.sha1(p.detach().float().cpu().numpy().tobytes()).hexdigest() for p in params]
             gathered = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, local)  # any backend, and ranks with other numbers of parameters

@@ -14,7 +14,7 @@ What differs from the service, for every rule:
 ``grad_health``, older, folds three of these rules into one detector with thresholds of its own; these follow the
 documentation rule by rule.
 """
-from .base import DROP_IN, DetectorPlugin, register
+from .base import DROP_IN, DetectorPlugin, owned_parameters, register
 from .loss_spike import watch_losses
 from .shadow import Torch
 
@@ -24,15 +24,11 @@ SOURCE = "SageMaker Debugger built-in rule"
 def gradients(optimizer):
     """(index, gradient) of the parameters an optimizer owns; a sparse gradient (an embedding's) as its values."""
     found = []
-    for index, param in enumerate(p for group in optimizer.param_groups for p in group["params"]):
+    for index, param in enumerate(owned_parameters(optimizer)):
         if param.grad is not None:
             grad = param.grad.detach()
             found.append((index, grad.coalesce().values() if grad.is_sparse else grad))
     return found
-
-
-def weights(optimizer):
-    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def watch_modules(kinds, on_call):
@@ -50,19 +46,39 @@ def watch_modules(kinds, on_call):
     register_module_forward_hook(hook)
 
 
-def unit_shares(tensor, condition):
-    """For each unit (every position but the batch's first dimension), the share of the batch where ``condition``
-    holds."""
+def inactive_percent(tensor, active, inactivity):
+    """The % of a layer's units (every position but the batch's first dimension) for which ``active`` holds on less
+    than ``inactivity`` % of the batch."""
     batch = tensor.reshape(tensor.shape[0], -1) if tensor.dim() > 1 else tensor.reshape(1, -1)
-    return condition(batch).double().mean(dim=0)
+    shares = active(batch).double().mean(dim=0)
+    return (shares * 100 < inactivity).double().mean().item() * 100
 
 
-@register
-class VanishingGradient(DetectorPlugin):
-    name = "smdebug_vanishing_gradient"
+class LayerAlarms:
+    """The layers of a rule numbered in the order first seen, and at most one alarm a layer a step."""
+
+    def __init__(self, probe):
+        self.probe, self.numbers, self.raised = probe, {}, set()
+
+    def alarm(self, module, rule, message, evidence):
+        """``message`` and ``evidence`` are functions of the layer's number."""
+        number = self.numbers.setdefault(id(module), len(self.numbers))
+        if (number, self.probe.step) not in self.raised:
+            self.raised.add((number, self.probe.step))
+            self.probe.alarm(rule, message(number), {"layer": number, **evidence})
+
+
+class SageMakerRule(DetectorPlugin):
+    """What the seven rules share: drop-in, first versions, left out of the quickstart (docs/performance.md)."""
+
     version = "1"
     integration = DROP_IN
     in_quickstart = False
+
+
+@register
+class VanishingGradient(SageMakerRule):
+    name = "smdebug_vanishing_gradient"
     description = (f"{SOURCE} VanishingGradient: alarm `vanishing_gradient` at a step where the mean of the absolute "
                    "values of any gradient tensor is below `threshold` (default 1e-7).")
     default_config = {"threshold": 1e-7}
@@ -81,11 +97,8 @@ class VanishingGradient(DetectorPlugin):
 
 
 @register
-class ExplodingTensor(DetectorPlugin):
+class ExplodingTensor(SageMakerRule):
     name = "smdebug_exploding_tensor"
-    version = "1"
-    integration = DROP_IN
-    in_quickstart = False
     description = (f"{SOURCE} ExplodingTensor: alarm `exploding_tensor` when a saved tensor (the loss, every "
                    "gradient before the step, every weight after it) holds a NaN or an infinity (only NaN when "
                    "`only_nan`; default false).")
@@ -112,7 +125,7 @@ class ExplodingTensor(DetectorPlugin):
                             {"collection": "gradients", "params": found[:20]})
 
         def after(optimizer):
-            found = [index for index, weight in enumerate(weights(optimizer)) if bad(weight.detach())]
+            found = [index for index, weight in enumerate(owned_parameters(optimizer)) if bad(weight.detach())]
             if found:
                 probe.alarm("exploding_tensor", f"{len(found)} weight tensor(s) not finite",
                             {"collection": "weights", "params": found[:20]})
@@ -122,11 +135,8 @@ class ExplodingTensor(DetectorPlugin):
 
 
 @register
-class LossNotDecreasing(DetectorPlugin):
+class LossNotDecreasing(SageMakerRule):
     name = "smdebug_loss_not_decreasing"
-    version = "1"
-    integration = DROP_IN
-    in_quickstart = False
     description = (f"{SOURCE} LossNotDecreasing: every `num_steps` steps (default 10), the step's loss is compared "
                    "with the loss `num_steps` steps earlier; alarm `loss_not_decreasing` when it has not fallen by "
                    "at least `diff_percent` % of the earlier one (default 0.1). The documented "
@@ -151,11 +161,8 @@ class LossNotDecreasing(DetectorPlugin):
 
 
 @register
-class DeadRelu(DetectorPlugin):
+class DeadRelu(SageMakerRule):
     name = "smdebug_dead_relu"
-    version = "1"
-    integration = DROP_IN
-    in_quickstart = False
     description = (f"{SOURCE} DeadRelu: a unit of an nn.ReLU's output is dead when it is active (> 0) for less "
                    "than `threshold_inactivity` % of the batch (default 1.0); alarm `dead_relu` when more than "
                    "`threshold_layer` % of a layer's units are dead (default 50). Judged on each call, the batch "
@@ -166,25 +173,21 @@ class DeadRelu(DetectorPlugin):
         import torch
 
         inactivity, layer_share = float(probe.config["threshold_inactivity"]), float(probe.config["threshold_layer"])
-        layers, reported = {}, set()
+        layers = LayerAlarms(probe)
 
         def on_call(module, _input, output):
-            dead = (unit_shares(output, lambda batch: batch > 0) * 100 < inactivity).double().mean().item() * 100
-            number = layers.setdefault(id(module), len(layers))
-            if dead > layer_share and (number, probe.step) not in reported:
-                reported.add((number, probe.step))
-                probe.alarm("dead_relu", f"ReLU #{number}: {dead:.0f} % of its units are dead (> {layer_share:g} %)",
-                            {"layer": number, "dead_percent": dead})
+            dead = inactive_percent(output, lambda batch: batch > 0, inactivity)
+            if dead > layer_share:
+                layers.alarm(module, "dead_relu",
+                             lambda number: f"ReLU #{number}: {dead:.0f} % of its units are dead (> {layer_share:g} %)",
+                             {"dead_percent": dead})
 
         watch_modules((torch.nn.ReLU,), on_call)
 
 
 @register
-class WeightUpdateRatio(DetectorPlugin):
+class WeightUpdateRatio(SageMakerRule):
     name = "smdebug_weight_update_ratio"
-    version = "1"
-    integration = DROP_IN
-    in_quickstart = False
     description = (f"{SOURCE} WeightUpdateRatio: for each weight tensor, |w_new - w_old| / (|w_old| + `epsilon`) "
                    "across one optimizer step (Euclidean norms: the page names the ratio, not the norm); alarm "
                    "`weight_update_ratio` when it is above `large_threshold` (default 10) or below "
@@ -198,7 +201,8 @@ class WeightUpdateRatio(DetectorPlugin):
         before_step = {}
 
         def before(optimizer):
-            before_step[id(optimizer)] = [(p, p.detach().clone()) for p in weights(optimizer) if p.grad is not None]
+            before_step[id(optimizer)] = [(param, param.detach().clone()) for param in owned_parameters(optimizer)
+                                          if param.grad is not None]
 
         def after(optimizer):
             outside = []
@@ -214,11 +218,8 @@ class WeightUpdateRatio(DetectorPlugin):
 
 
 @register
-class PoorWeightInitialization(DetectorPlugin):
+class PoorWeightInitialization(SageMakerRule):
     name = "smdebug_poor_weight_initialization"
-    version = "1"
-    integration = DROP_IN
-    in_quickstart = False
     description = (f"{SOURCE} PoorWeightInitialization, over the first `steps` steps (default 10): alarm "
                    "`activation_variance_ratio` when the largest variance of an nn.ReLU's input is more than "
                    "`threshold` times the smallest one's over the layers of a step (default 10); "
@@ -278,11 +279,8 @@ class PoorWeightInitialization(DetectorPlugin):
 
 
 @register
-class SaturatedActivation(DetectorPlugin):
+class SaturatedActivation(SageMakerRule):
     name = "smdebug_saturated_activation"
-    version = "1"
-    integration = DROP_IN
-    in_quickstart = False
     description = (f"{SOURCE} SaturatedActivation: a unit of an nn.Tanh's (nn.Sigmoid's) input is saturated when "
                    "it lies inside (`threshold_tanh_min`, `threshold_tanh_max`) = (-9.4999, 9.4999) "
                    "((`threshold_sigmoid_min`, `threshold_sigmoid_max`) = (-23, 16.99999)) for less than "
@@ -296,17 +294,15 @@ class SaturatedActivation(DetectorPlugin):
 
         config = probe.config
         inactivity, layer_share = float(config["threshold_inactivity"]), float(config["threshold_layer"])
-        layers, reported = {}, set()
+        layers = LayerAlarms(probe)
 
         def on_call(module, activation_input, _output):
             kind = "tanh" if isinstance(module, torch.nn.Tanh) else "sigmoid"
             low, high = float(config[f"threshold_{kind}_min"]), float(config[f"threshold_{kind}_max"])
-            active = unit_shares(activation_input, lambda batch: (batch > low) & (batch < high))
-            saturated = (active * 100 < inactivity).double().mean().item() * 100
-            number = layers.setdefault(id(module), len(layers))
-            if saturated > layer_share and (number, probe.step) not in reported:
-                reported.add((number, probe.step))
-                probe.alarm("saturated_activation", f"{kind} #{number}: {saturated:.0f} % of its units saturated",
-                            {"layer": number, "activation": kind, "saturated_percent": saturated})
+            saturated = inactive_percent(activation_input, lambda batch: (batch > low) & (batch < high), inactivity)
+            if saturated > layer_share:
+                layers.alarm(module, "saturated_activation",
+                             lambda number: f"{kind} #{number}: {saturated:.0f} % of its units saturated",
+                             {"activation": kind, "saturated_percent": saturated})
 
         watch_modules((torch.nn.Tanh, torch.nn.Sigmoid), on_call)
