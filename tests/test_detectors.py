@@ -508,3 +508,38 @@ def test_each_sagemaker_debugger_rule_reports_its_fault_and_is_quiet_on_clean_tr
     outcomes = {variant: run_program(source, detector, variant, steps=12) for variant in ("buggy", "fixed")}
     assert min(rules(outcomes["buggy"]), key=lambda pair: pair[1]) == (rule, step), rules(outcomes["buggy"])
     assert outcomes["fixed"].alarms == [], rules(outcomes["fixed"])
+
+
+# What the rules met in the second review and crashed on, or missed: a sparse gradient (an embedding's), an
+# empty batch (an expert no token reached) and a loss that stays flat below zero.
+EDGES = PROGRAM_PREAMBLE + """
+import torch
+torch.manual_seed(args.seed)
+embedding, relu, head = torch.nn.Embedding(10, 4, sparse=True), torch.nn.ReLU(), torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD([*embedding.parameters(), *head.parameters()], lr=0.0)  # nothing learns: flat
+report(event="start", time=time.time(), variant=args.variant, seed=args.seed, steps=args.steps, world_size=1)
+for step in range(args.steps):
+    optimizer.zero_grad()
+    relu(torch.zeros(0, 4))
+    loss = -1.0 - head(relu(embedding(torch.arange(8) % 10))).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    report(event="step", step=step, rank=0, loss=float(loss), time=time.time())
+report(event="oracle", manifested=True, trigger_step=0, summary="the loss never falls")
+"""
+
+
+@pytest.mark.parametrize("detector", sorted(SMDEBUG_CASES))
+def test_the_sagemaker_rules_take_sparse_gradients_empty_batches_and_a_negative_loss(detector):
+    outcome = run_program(EDGES, detector, "buggy", steps=12)
+    if detector == "smdebug_loss_not_decreasing":
+        assert rules(outcome) == [("loss_not_decreasing", 10)]
+
+
+def test_megatrons_param_hashes_take_ranks_with_other_numbers_of_parameters():
+    """Pipeline stages hold different parameters: the digests are gathered as objects, not as one tensor shape."""
+    source = TWO_RANKS.replace("optimizer = torch.optim.SGD([replicated, sharded], lr=0.1)",
+                               "optimizer = torch.optim.SGD([replicated, sharded] + ([torch.nn.Parameter("
+                               "torch.zeros(2))] if rank == 1 else []), lr=0.1)")
+    outcome = run_program(source, "param_hashes_megatron", "fixed", steps=3, time_limit_seconds=120)
+    assert {(alarm["rank"], tuple(alarm["evidence"]["param_indices"])) for alarm in outcome.alarms} == {(1, (1, 2))}
