@@ -34,6 +34,7 @@ urlpatterns = [
     path("leaderboard/entries/<int:pk>/", evaluation_views.leaderboard_entry, name="leaderboard-entry"),
     path("leaderboard/detectors/<slug:name>/", evaluation_views.leaderboard_detector, name="leaderboard-detector"),
     path("methodology/", evaluation_views.methodology, name="methodology"),
+    path("methodology/cite.bib", evaluation_views.citation_bib, name="citation_bib"),
     path("docs/", include("core.urls")),
     path("api/", include(router.urls)),
     path("api/results/", ResultsView.as_view(), name="api-results"),

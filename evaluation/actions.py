@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from bugs.models import Reproducer, ReproducerVersion
 from core import audit
-from core.enums import AuditAction, Variant
+from core.enums import AuditAction, ReviewState, Variant
 from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
     BisectionResult,
@@ -30,11 +33,33 @@ from runners.bisection import (
     releases_between,
     served_environments,
 )
-from runners.models import FINISHED_STATUSES, Campaign, PythonEnvironment, Run, RunStatus
+from runners.models import (
+    FINISHED_STATUSES,
+    Alarm,
+    Campaign,
+    Detector,
+    DetectorVersion,
+    Environment,
+    PythonEnvironment,
+    Run,
+    RunStatus,
+    StabilityCheck,
+)
 from runners.plans import MAX_STEPS, CampaignPlan
 from runners.selectors import runnable_versions
 
 from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
+from .published import (
+    ALARM_FIELDS,
+    PUBLISHED_DIR,
+    RUN_FIELDS,
+    VERSION_FIELDS,
+    SnapshotError,
+    published_id_for,
+    snapshot_of,
+    snapshot_path,
+    write_snapshot,
+)
 from .tables import detection_table, false_positive_table, flakiness_table, judged_runs, latency_table
 from .versions import MATRIX_KEY
 
@@ -43,7 +68,7 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
     from pandas import DataFrame
 
-    from bugs.models import Bug, ReproducerVersion
+    from bugs.models import Bug
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +116,109 @@ def do_retabulate_evaluation(evaluation: Evaluation, *, acting_user: User | None
                  f"recomputed the tables of evaluation #{evaluation.pk}",
                  previous_counts={key: previous.get(key) for key in ("runs", "failed_runs", "retried_runs")})
     return evaluation
+
+
+# --- Published evaluations (evaluation.published) ---
+
+@transaction.atomic
+def do_publish_evaluation(evaluation: Evaluation, directory: Path = PUBLISHED_DIR, *,
+                          acting_user: User | None) -> Path:
+    """Name ``evaluation`` by its published ID (once; publishing again rewrites the same snapshot) and write the
+    snapshot that ships with the app."""
+    if not evaluation.published_id:
+        evaluation.published_id, evaluation.published_at = published_id_for(evaluation), timezone.now()
+        evaluation.save(update_fields=["published_id", "published_at"])
+        audit.record(acting_user, AuditAction.PUBLISH, evaluation,
+                     f"published evaluation #{evaluation.pk} as {evaluation.published_id}")
+    return write_snapshot(snapshot_of(evaluation), snapshot_path(evaluation.published_id, directory))
+
+
+@transaction.atomic
+def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User | None) -> tuple[Evaluation, bool]:
+    """(the evaluation of ``snapshot`` in this database, whether it was loaded now): its reproducer versions,
+    detectors and environments are matched by content (made where missing), its campaigns, runs, alarms and
+    stability checks made anew with their original times. The catalog must be loaded first (its bugs and
+    reproducers); SnapshotError names what is missing, and a snapshot whose tables do not match their digest."""
+    published_id = snapshot["published_id"]
+    existing = Evaluation.objects.filter(published_id=published_id).first()
+    if existing is not None:
+        return existing, False
+    versions = [_version_from(entry, published_id) for entry in snapshot["reproducer_versions"]]
+    detectors = [_detector_from(entry, acting_user) for entry in snapshot["detectors"]]
+    environments = [Environment.objects.get_or_create(fingerprint=entry["fingerprint"], defaults=entry)[0]
+                    for entry in ({k: v for k, v in e.items() if k != "key"} for e in snapshot["environments"])]
+    campaigns = {role: _with_times(Campaign.objects.create(**fields), fields, "created_at")
+                 for role, fields in snapshot["campaigns"].items()}
+    runs, alarms = [], []
+    for entry in snapshot["runs"]:
+        fields = {name: entry[name] for name in RUN_FIELDS}
+        environment = entry["environment"]
+        runs.append(Run(campaign=campaigns[entry["campaign"]], reproducer_version=versions[entry["reproducer_version"]],
+                        detector=detectors[entry["detector"]],
+                        environment=environments[environment] if environment is not None else None, **fields))
+    Run.objects.bulk_create(runs, batch_size=500)
+    for run, entry in zip(runs, snapshot["runs"]):
+        run.queued_at = entry["queued_at"]  # auto_now_add set it to now
+        alarms.extend(Alarm(run=run, **dict(zip(ALARM_FIELDS, values, strict=True))) for values in entry["alarms"])
+    Run.objects.bulk_update(runs, ["queued_at"], batch_size=500)
+    Alarm.objects.bulk_create(alarms, batch_size=2000)
+    for check in snapshot["stability"]:
+        fields = {name: value for name, value in check.items() if name != "reproducer_version"}
+        _with_times(StabilityCheck.objects.create(reproducer_version=versions[check["reproducer_version"]], **fields),
+                    fields, "checked_at")
+    stored = snapshot["evaluation"]
+    evaluation = Evaluation.objects.create(
+        campaign=campaigns["evaluation"], overhead_campaign=campaigns.get("overhead"),
+        parameters=stored["parameters"], tables=stored["tables"], wall_seconds=stored["wall_seconds"],
+        published_id=published_id, published_at=snapshot["published_at"])
+    if evaluation.tables_digest != stored["tables_digest"]:
+        raise SnapshotError(f"{published_id}: its tables do not match their digest (changed after publishing?)")
+    _with_times(evaluation, stored, "created_at")
+    audit.record(acting_user, AuditAction.LOAD, evaluation,
+                 f"loaded published evaluation {published_id}: {len(runs)} runs, {len(alarms)} alarms")
+    return evaluation, True
+
+
+def _with_times(row: Any, fields: dict[str, Any], name: str) -> Any:
+    """``row`` with its auto_now_add time ``name`` set back to the one in ``fields`` (ISO 8601 in a snapshot)."""
+    value = fields[name]
+    value = parse_datetime(value) if isinstance(value, str) else value
+    type(row).objects.filter(pk=row.pk).update(**{name: value})
+    setattr(row, name, value)
+    return row
+
+
+def _version_from(entry: dict[str, Any], published_id: str) -> ReproducerVersion:
+    """The reproducer version a snapshot names, by its content; made, approved, when the catalog has moved on."""
+    reproducer = Reproducer.objects.filter(bug__bug_id=entry["bug"], name=entry["reproducer"]).first() \
+        if entry["bug"] else Reproducer.objects.filter(bug=None, name=entry["reproducer"]).first()
+    if reproducer is None:
+        named = f"{entry['bug']}/{entry['reproducer']}" if entry["bug"] else f"pipeline/{entry['reproducer']}"
+        raise SnapshotError(f"{published_id}: this database has no reproducer {named}; run load_catalog first")
+    version = reproducer.versions.filter(content_hash=entry["content_hash"]).first()
+    if version is None:
+        fields = {name: entry[name] for name in VERSION_FIELDS}
+        version = _with_times(ReproducerVersion.objects.create(
+            reproducer=reproducer, review_state=ReviewState.APPROVED,
+            review_note=f"the version that ran in published evaluation {published_id}", **fields), fields,
+            "created_at")
+    return version
+
+
+def _detector_from(entry: dict[str, Any], acting_user: User | None) -> Detector:
+    """The Detector row a snapshot names: its code matched by hash (recorded, approved, where missing)."""
+    code = entry["code"]
+    version = None
+    if code is not None:
+        version, created = DetectorVersion.objects.get_or_create(
+            name=code["name"], version=code["version"], code_hash=code["code_hash"],
+            defaults={**code, "review_state": ReviewState.APPROVED})
+        if created:
+            _with_times(version, code, "created_at")
+    detector, _ = Detector.objects.get_or_create(
+        name=entry["name"], version=entry["version"], config_hash=entry["config_hash"], code=version,
+        defaults={"config": entry["config"], "description": entry["description"]})
+    return detector
 
 
 # --- The version matrix and bisections across torch releases (evaluation.versions, runners.bisection) ---

@@ -189,8 +189,8 @@ def runs_described(results):
     summary = results.runs_summary()
     if results.evaluation is not None:
         evaluation = results.evaluation
-        selection = (f"SilentBench evaluation #{evaluation.pk} of {evaluation.created_at:%Y-%m-%d} "
-                     f"(campaign #{evaluation.campaign_id})")
+        selection = (f"SilentBench evaluation {evaluation.label} of {evaluation.created_at:%Y-%m-%d} "
+                     f"(campaign #{evaluation.campaign_id}; tables digest {evaluation.tables_digest[:8]})")
     elif results.campaign_id is not None:
         selection = f"the runs of SilentBench campaign #{results.campaign_id} (live tables, not a stored evaluation)"
     else:

@@ -25,12 +25,24 @@ class Evaluation(models.Model):
     tables_digest = models.CharField(max_length=32, editable=False, default="",
                                      help_text="MD5 of the tables, set by save(): names them in cache keys")
     wall_seconds = models.FloatField(null=True, blank=True)
+    published_id = models.CharField(
+        max_length=40, blank=True, default="",
+        help_text="Set once it is published (evaluation.published): the name it is cited by, the same in every "
+                  "database that loads its snapshot, e.g. 2026-11-28.3f2a9c1b (its date and its tables' digest).")
+    published_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["published_id"], condition=~models.Q(published_id=""),
+                                               name="unique_published_evaluation")]
 
     def __str__(self):
-        return f"evaluation {self.pk} ({self.created_at:%Y-%m-%d})"
+        return f"evaluation {self.label}"
+
+    @property
+    def label(self):
+        """How pages name it: its published ID once published (the same everywhere), else its number here."""
+        return self.published_id or f"#{self.pk}"
 
     def save(self, *args, update_fields=None, **kwargs):
         """Saved with the digest of its tables (``tables_digest_of``), so that a page names the tables it shows

@@ -1,7 +1,7 @@
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import Http404, HttpResponseBadRequest, HttpResponseNotFound
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
@@ -15,6 +15,7 @@ from runners.permissions import TRIGGER_PERMISSION
 from .actions import do_start_bisection
 from .bisections import BisectionForm, bisection_path
 from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
+from .citation import benchmark_bibtex, evaluation_bibtex
 from .compare import compare_query, comparison_frame
 from .entries import detector_history, entries_export, entry_of, open_entries, scored_versions
 from .exports import EXPORT_TABLES, InvalidFilter, results_export
@@ -59,7 +60,7 @@ def results_context(request):
 
 def dropdown(evaluations):
     """The newest 20 of ``evaluations``, with only what their dropdown shows (not their parameters or campaign)."""
-    return evaluations.select_related(None).only("id", "created_at")[:20]
+    return evaluations.select_related(None).only("id", "created_at", "published_id")[:20]
 
 
 def filter_fields(form, query):
@@ -179,7 +180,23 @@ def methodology(request):
     evaluation = latest_evaluation(results_viewer(request.user))
     return render(request, "evaluation/methodology.html", {
         "sections": sections(), "detectors": detectors(), "citation": CITATION, "evaluation": evaluation,
+        "benchmark_bibtex": benchmark_bibtex(),
+        "evaluation_bibtex": evaluation and evaluation_bibtex(evaluation, evaluation_url(request, evaluation)),
     })
+
+
+def evaluation_url(request, evaluation):
+    return request.build_absolute_uri(evaluation.get_absolute_url())
+
+
+def citation_bib(request):
+    """BibTeX of the latest evaluation the reader may see (when there is one), then of the benchmark."""
+    evaluation = latest_evaluation(results_viewer(request.user))
+    entries = [*([evaluation_bibtex(evaluation, evaluation_url(request, evaluation))] if evaluation else []),
+               benchmark_bibtex()]
+    response = HttpResponse("\n".join(entries), content_type="application/x-bibtex; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="silentbench.bib"'
+    return response
 
 
 def versions(request):

@@ -4,11 +4,14 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+import yaml
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from core.enums import ReviewState
 from evaluation import methodology, metrics, overhead, tables
+from evaluation.citation import bibtex_entry
 from runners.detectors import all_plugins
 
 from .factories import CampaignFactory, EvaluationFactory, ReproducerVersionFactory, RunFactory
@@ -87,7 +90,28 @@ def test_how_to_cite_names_the_latest_evaluation(client):
                                re.S).group(0), between=" ")
     assert f"Evaluation #{latest.pk}" in cite and "torch 2.13.0+cpu" in cite and "host vm" in cite
     assert "Commit 0123abcd" in cite and f"{latest.created_at:%Y-%m-%d}" in cite
-    assert f"SilentBench, evaluation #{latest.pk} (" in cite and "2.0.0" not in cite
+    assert f"title = {{SilentBench evaluation \\#{latest.pk} (not published)}}" in cite and "2.0.0" not in cite
+    assert f"tables digest (MD5) {latest.tables_digest}" in cite and "@software{silentbench," in cite
+
+
+def test_the_bibtex_download_cites_the_published_evaluation_then_the_benchmark(client):
+    published = EvaluationFactory(parameters={"torch": "2.13.0+cpu", "host": "vm", "seeds": 3, "runs": 4,
+                                              "commit": "0123abcd"}, published_id="2026-11-28.0a1b2c3d")
+    response = client.get(reverse("citation_bib"))
+    text = response.content.decode()
+    assert response["Content-Type"].startswith("application/x-bibtex")
+    assert text.index("@misc{silentbench-2026-11-28-0a1b2c3d,") < text.index("@software{silentbench,")
+    assert "title = {SilentBench evaluation 2026-11-28.0a1b2c3d}" in text
+    assert f"howpublished = {{http://testserver/results/?evaluation={published.pk}}}" in text
+    assert "torch 2.13.0+cpu, host vm; commit 0123abcd" in text
+    assert text.count("{") == text.count("}")  # every field closed: a BibTeX reader takes it whole
+    cff = yaml.safe_load((settings.BASE_DIR / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["title"] in text and cff["authors"] and cff["message"]
+
+
+def test_bibtex_fields_cannot_be_broken_by_what_they_quote():
+    entry = bibtex_entry("misc", "k", {"title": "a } b { c_d & 50% #1 \\end"})
+    assert entry.count("{") == entry.count("}") and r"c\_d \& 50\% \#1" in entry
 
 
 def test_how_to_cite_says_what_is_missing(client):
@@ -95,6 +119,7 @@ def test_how_to_cite_says_what_is_missing(client):
     assert "No evaluation is stored yet: there is nothing to cite." in page
     EvaluationFactory(parameters={"torch": "2.13.0+cpu"})
     assert "not recorded by this evaluation" in client.get(reverse("methodology")).content.decode()
+    assert "@software{silentbench," in page  # the benchmark can be cited before any evaluation
 
 
 def test_an_evaluation_of_hidden_code_is_not_offered_for_citation(client):

@@ -1,0 +1,34 @@
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from evaluation.actions import do_publish_evaluation
+from evaluation.models import Evaluation
+from evaluation.published import PUBLISHED_DIR
+from evaluation.results_doc import render
+
+
+class Command(BaseCommand):
+    help = ("Publish a stored evaluation: name it by its published ID and write the snapshot that ships with the app "
+            "(evaluation/published/, loaded by load_results and the quickstart), and docs/results.md from the same "
+            "data.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("evaluation", type=int, nargs="?",
+                            help="the evaluation's number here (default: the latest)")
+        parser.add_argument("--directory", default=str(PUBLISHED_DIR), help="where the snapshot goes")
+        parser.add_argument("--results", default=str(settings.BASE_DIR / "docs" / "results.md"),
+                            help="where to write the results page ('' to skip)")
+
+    def handle(self, *args, evaluation, directory, results, **options):
+        stored = (Evaluation.objects.filter(pk=evaluation) if evaluation is not None else Evaluation.objects).first()
+        if stored is None:
+            raise CommandError(f"No evaluation #{evaluation}." if evaluation is not None else
+                               "No stored evaluation: run manage.py evaluate first.")
+        path = do_publish_evaluation(stored, Path(directory), acting_user=None)
+        self.stdout.write(f"Evaluation #{stored.pk} published as {stored.published_id}: {path} "
+                          f"({path.stat().st_size / 1e6:.1f} MB)")
+        if results:
+            Path(results).write_text(render(stored), encoding="utf-8")
+            self.stdout.write(f"Wrote {results}")

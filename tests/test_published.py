@@ -1,0 +1,166 @@
+"""Published evaluations (issue 33): a stored evaluation's snapshot ships with the app and loads into another
+database as the same evaluation: the same tables (recomputed from the loaded runs), the same published ID, the
+original times, the stability checks; loading twice changes nothing, and a damaged snapshot loads nothing."""
+import gzip
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, do_store_evaluation, run_tables
+from evaluation.models import Evaluation
+from evaluation.published import SnapshotError, published_snapshots, read_snapshot
+from runners.actions.detectors import do_record_detector
+from runners.models import Alarm, Campaign, Run, StabilityCheck
+
+from .factories import (
+    AlarmFactory,
+    BugFactory,
+    CampaignFactory,
+    EnvironmentFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    RunFactory,
+    StabilityCheckFactory,
+)
+from .helpers import client_for
+
+pytestmark = pytest.mark.django_db
+TRIGGER = 3
+
+
+@pytest.fixture
+def stored():
+    """An evaluation of two bugs under two detectors, with alarms before and after the trigger, a failed run and a
+    stability check."""
+    campaign = CampaignFactory(name="evaluation", purpose="evaluation")
+    environment = EnvironmentFactory(host="eval-host", torch="2.13.0+cpu")
+    for bug_id in ("PUB-1", "PUB-2"):
+        version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
+        StabilityCheckFactory(reproducer_version=version)
+        for detector in ("nan_inf", "grad_health"):
+            for variant in ("buggy", "fixed"):
+                run = RunFactory(campaign=campaign, reproducer_version=version, detector=do_record_detector(detector),
+                                 variant=variant, steps=10, trigger_step=TRIGGER, trigger_time=100.0,
+                                 manifested=variant == "buggy", status="succeeded", environment=environment,
+                                 step_records=[{"step": 0, "rank": 0, "loss": 1.5, "time": 99.0}])
+                if variant == "buggy" and (bug_id, detector) != ("PUB-2", "grad_health"):
+                    AlarmFactory(run=run, step=TRIGGER + 1, rule=f"{detector}_rule", time=101.0, arrival_step=4)
+                if variant == "fixed" and detector == "grad_health":
+                    AlarmFactory(run=run, step=1, rule="grad_health_rule", time=98.0)
+    RunFactory(campaign=campaign, detector=do_record_detector("nan_inf"), status="failed",
+               failure_reason="it crashed", reproducer_version=version, variant="buggy", seed=1, steps=10)
+    return do_store_evaluation(campaign, None, [{"detector": "nan_inf", "median_step_time_ratio": 1.02}], [],
+                               {"seeds": 1, "commit": "abc123", "host": "eval-host"}, 12.5, acting_user=None)
+
+
+def forget(evaluation):
+    """This database without the evaluation, its runs and the stability checks: what a fresh install has."""
+    campaign = evaluation.campaign
+    evaluation.delete()
+    campaign.delete()
+    StabilityCheck.objects.all().delete()
+
+
+def test_a_published_evaluation_loads_back_as_the_same_evaluation(stored, tmp_path):
+    path = do_publish_evaluation(stored, tmp_path, acting_user=None)
+    assert stored.published_id == f"{stored.created_at:%Y-%m-%d}.{stored.tables_digest[:8]}"
+    assert path.name == f"{stored.published_id}.json.gz" and published_snapshots(tmp_path) == [path]
+    alarms = sorted(Alarm.objects.values_list("rule", "step", "time", "arrival_step"))
+    tables, created_at, published_id = stored.tables, stored.created_at, stored.published_id
+    forget(stored)
+    assert not Run.objects.exists()
+
+    loaded, made = do_load_published_evaluation(read_snapshot(path), acting_user=None)
+    assert made and loaded.published_id == published_id and loaded.label == published_id
+    assert loaded.tables == tables and loaded.created_at == created_at and loaded.wall_seconds == 12.5
+    # The runs themselves came back, not just the tables: judging them again gives the same tables.
+    runs = loaded.campaign.runs.all()
+    assert run_tables(runs) == {name: tables[name] for name in run_tables(runs)}
+    assert sorted(Alarm.objects.values_list("rule", "step", "time", "arrival_step")) == alarms
+    assert runs.get(status="failed").failure_reason == "it crashed"
+    assert {run.status: run.environment and run.environment.host for run in runs} == {
+        "succeeded": "eval-host", "failed": None}
+    assert StabilityCheck.objects.count() == 2
+
+    again, made = do_load_published_evaluation(read_snapshot(path), acting_user=None)
+    assert not made and again.pk == loaded.pk and Run.objects.count() == runs.count()
+
+
+def test_the_published_numbers_show_on_a_fresh_install_beside_live_runs(stored, tmp_path):
+    path = do_publish_evaluation(stored, tmp_path, acting_user=None)
+    forget(stored)
+    call_command("load_results", str(path))
+    evaluation = Evaluation.objects.get()
+    page = client_for().get("/results/").content.decode()
+    assert evaluation.published_id in page
+    catalog = client_for().get("/").content.decode()
+    assert "nan_inf" in catalog  # "Caught by" from the published tables
+    # A live campaign of the same bug is a layer beside it: the published tables do not move.
+    live = CampaignFactory(name="quickstart")
+    RunFactory(campaign=live, reproducer_version=Run.objects.first().reproducer_version,
+               detector=do_record_detector("grad_health"), status="succeeded", variant="buggy", steps=10,
+               trigger_step=TRIGGER, manifested=True)
+    evaluation.refresh_from_db()
+    assert evaluation.tables == read_snapshot(path)["evaluation"]["tables"]
+
+
+def test_a_snapshot_for_another_catalog_says_what_is_missing_and_loads_nothing(stored, tmp_path):
+    path = do_publish_evaluation(stored, tmp_path, acting_user=None)
+    snapshot = read_snapshot(path)
+    snapshot["reproducer_versions"][1]["bug"] = "NOT-LOADED"
+    forget(stored)
+    with pytest.raises(SnapshotError, match="no reproducer NOT-LOADED/cpu; run load_catalog first"):
+        do_load_published_evaluation(snapshot, acting_user=None)
+    assert not Run.objects.exists() and not Campaign.objects.exists() and not Evaluation.objects.exists()
+
+
+def test_tables_changed_after_publishing_are_refused(stored, tmp_path):
+    snapshot = read_snapshot(do_publish_evaluation(stored, tmp_path, acting_user=None))
+    snapshot["evaluation"]["tables"]["detection"][0]["detected_runs"] = 99
+    forget(stored)
+    with pytest.raises(SnapshotError, match="do not match their digest"):
+        do_load_published_evaluation(snapshot, acting_user=None)
+    assert not Run.objects.exists() and not Evaluation.objects.exists()
+
+
+def test_a_changed_reproducer_is_loaded_as_the_version_that_ran_not_as_the_latest(stored, tmp_path):
+    path = do_publish_evaluation(stored, tmp_path, acting_user=None)
+    ran = Run.objects.first().reproducer_version
+    forget(stored)
+    newer = ReproducerVersionFactory(reproducer=ran.reproducer, files={"repro.py": "# changed since\n"})
+    ran.delete()
+    do_load_published_evaluation(read_snapshot(path), acting_user=None)
+    restored = ran.reproducer.versions.get(content_hash=ran.content_hash)
+    assert restored.created_at < newer.created_at and ran.reproducer.latest_version() == newer
+    assert "published evaluation" in restored.review_note
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not gzip at all", "not a gzipped JSON snapshot"),
+    (gzip.compress(b"[1, 2]"), "snapshot format 'list'"),
+    (gzip.compress(json.dumps({"format": 99}).encode()), "snapshot format 99"),
+    (gzip.compress(json.dumps({"format": 1, "published_id": "x"}).encode()), "missing evaluation, campaigns"),
+])
+def test_a_bad_snapshot_file_is_a_clear_error(tmp_path, content, message):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(content)
+    with pytest.raises(CommandError, match=message):
+        call_command("load_results", str(path))
+
+
+def test_a_snapshot_edited_by_hand_is_a_clear_error_and_loads_nothing(stored, tmp_path):
+    path = do_publish_evaluation(stored, tmp_path, acting_user=None)
+    snapshot = read_snapshot(path)
+    del snapshot["runs"][0]["variant"]
+    forget(stored)
+    with gzip.open(path, "wt") as stream:
+        json.dump(snapshot, stream)
+    with pytest.raises(CommandError, match="a malformed snapshot .KeyError: 'variant'.; nothing of it was loaded"):
+        call_command("load_results", str(path))
+    assert not Run.objects.exists()
+
+
+def test_the_snapshot_is_the_same_bytes_each_time(stored, tmp_path):
+    first = do_publish_evaluation(stored, tmp_path / "a", acting_user=None).read_bytes()
+    assert do_publish_evaluation(stored, tmp_path / "b", acting_user=None).read_bytes() == first
