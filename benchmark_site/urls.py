@@ -26,6 +26,7 @@ router.register("tokens", ApiTokenViewSet, basename="token")
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("healthz/ready", health.ready, name="healthz-ready"),
+    path("", evaluation_views.home, name="home"),
     path("", include("bugs.urls")),
     path("", include("runners.urls")),
     path("results/", include("evaluation.urls")),

@@ -5,7 +5,7 @@ from .exports import catalog_export
 
 app_name = "bugs"
 urlpatterns = [
-    path("", views.BugListView.as_view(), name="list"),
+    path("catalog/", views.BugListView.as_view(), name="list"),
     path("catalog.<slug:fmt>", catalog_export, name="export"),
     path("bugs/<str:bug_id>/", views.bug_detail, name="detail"),
     path("bugs/<str:bug_id>/submit/", submission_views.resubmit, name="resubmit"),

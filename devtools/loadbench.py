@@ -39,7 +39,7 @@ def percentile(values, share):
 def endpoints():
     """(label, path) of what is measured, chosen on the configured database (the busiest bug, the
     largest campaign)."""
-    listed = [("catalog", "/")]
+    listed = [("landing", "/"), ("catalog", "/catalog/")]
     busiest = (Run.objects.filter(reproducer_version__reproducer__bug__isnull=False)
                .values("reproducer_version__reproducer__bug__bug_id").annotate(n=Count("id")).order_by("-n").first())
     bug_id = busiest["reproducer_version__reproducer__bug__bug_id"] if busiest else (

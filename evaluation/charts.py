@@ -224,3 +224,40 @@ def overhead_chart(overhead):
         # plotly labels a log axis's 2s and 5s with the digit alone: "5" below the 1 would read as 5, not 0.5
         "tickvals": RATIO_TICKS, "ticktext": [f"×{tick:g}" for tick in RATIO_TICKS]})
     return Chart("overhead-chart", as_dict(figure), table_id="overhead")
+
+
+def detection_against_false_positives(board):
+    """One point per ranked detector: the share of bugs it caught beyond the fixed twin against its false-positive
+    rate on clean runs, each with its Wilson 95% interval as whiskers; drop-in and opt-in detectors as two traces.
+    The best corner is top left. ``board``: an ``evaluation.leaderboard.Leaderboard``."""
+    figure = go.Figure()
+    rows = []
+    for name, standings, colour, symbol in (("drop-in", board.ranked, PALETTE[0], "circle"),
+                                            ("opt-in (ranked apart)", board.opt_in, "#7f8c8d", "diamond")):
+        points = [(s, s.beyond_fixed_interval, s.false_positives) for s in standings
+                  if s.beyond_fixed_interval and s.false_positives]
+        if not points:
+            continue
+        figure.add_trace(go.Scatter(
+            name=name, mode="markers+text", cliponaxis=False, textposition="top center",
+            x=[fp["fp_rate"] for _, _, fp in points], y=[share[0] for _, share, _ in points],
+            text=[label(s.detector) for s, _, _ in points], marker={"color": colour, "size": 10, "symbol": symbol},
+            error_x={"type": "data", "symmetric": False, "width": 0, "thickness": 1,
+                     "array": [fp["fp_ci_high"] - fp["fp_rate"] for *_, fp in points],
+                     "arrayminus": [fp["fp_rate"] - fp["fp_ci_low"] for *_, fp in points]},
+            error_y={"type": "data", "symmetric": False, "array": [share[2] - share[0] for _, share, _ in points],
+                     "arrayminus": [share[0] - share[1] for _, share, _ in points], "width": 0, "thickness": 1},
+            customdata=[[s.beyond_fixed, s.bugs, fp["clean_runs_with_alarm"], fp["clean_runs"]]
+                        for s, _, fp in points],
+            hovertemplate="%{text}: caught %{customdata[0]}/%{customdata[1]} bugs beyond the fixed twin, "
+                          "false alarms on %{customdata[2]}/%{customdata[3]} clean runs<extra></extra>"))
+        rows += [[s.detector, name, f"{s.beyond_fixed}/{s.bugs}", f"{share[0]} [{share[1]}, {share[2]}]",
+                  f"{fp['fp_rate']} [{fp['fp_ci_low']}, {fp['fp_ci_high']}]"] for s, share, fp in points]
+    figure.update_layout(**LAYOUT, height=420, legend={"orientation": "h", "y": -0.2},
+                         xaxis={"title": {"text": "false-positive rate on clean runs"}, "tickformat": ".0%",
+                                "range": [-0.03, 1.03]},
+                         yaxis={"title": {"text": "bugs caught beyond the fixed twin"}, "tickformat": ".0%",
+                                "range": [-0.03, 1.03]})
+    return Chart("detection-against-false-positives", as_dict(figure),
+                 columns=["detector", "integration", "bugs caught beyond the fixed twin", "detection [Wilson 95%]",
+                          "FP rate [Wilson 95%]"], rows=rows, rows_total=len(rows))

@@ -19,6 +19,7 @@ from core.enums import Variant
 from runners.detectors.base import DROP_IN, INTEGRATIONS
 from runners.models import RunStatus
 
+from .metrics import wilson_interval
 from .results import Results
 from .tables import integration_of
 
@@ -46,6 +47,15 @@ class Standing:
     overhead: dict = field(default_factory=dict)  # its row of the overhead table
     links: dict = field(default_factory=dict)  # cell name -> URL of the runs (or the table) behind it
     rank: int | None = None  # None for the baseline; opt-in detectors have ranks of their own
+
+    @property
+    def beyond_fixed_interval(self):
+        """The Wilson 95% interval of the share of its bugs caught beyond the fixed twin (None without bugs): with
+        32 bugs, 9/32 is anywhere from 0.16 to 0.45, which says how far apart two ranks really are."""
+        if not self.bugs:
+            return None
+        low, high = wilson_interval(self.beyond_fixed, self.bugs)
+        return round(self.beyond_fixed / self.bugs, 3), round(low, 3), round(high, 3)
 
     @property
     def registered(self):

@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
+from bugs.models import BugStatus
 from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
@@ -14,7 +15,7 @@ from runners.permissions import TRIGGER_PERMISSION
 
 from .actions import do_start_bisection
 from .bisections import BisectionForm, bisection_path
-from .charts import detection_heatmap, false_positive_chart, latency_chart, overhead_chart
+from .charts import detection_against_false_positives, detection_heatmap, false_positive_chart, latency_chart, overhead_chart
 from .citation import benchmark_bibtex, evaluation_bibtex
 from .compare import compare_query, comparison_frame
 from .entries import detector_history, entries_export, entry_of, open_entries, scored_versions
@@ -128,6 +129,27 @@ def compare_export(request, fmt):
         errors = form.errors.as_text() or filters.errors.as_text() or "choose sides a and b"
         return HttpResponseBadRequest(f"Invalid comparison: {errors}", content_type="text/plain")
     return download("comparison", comparison_frame(result.shown), fmt)
+
+
+def home(request):
+    """The front door: what SilentBench measures, the top of the latest stored evaluation's leaderboard with
+    intervals, detection against false alarms in one plot, and where to go next. Rendered once for the same rows
+    (``shown_once``)."""
+    return render(request, "evaluation/home.html", {"content": shown_once(request, "home-page", lambda: (
+        render_to_string("evaluation/home_content.html", home_context(request), request)))})
+
+
+def home_context(request):
+    board = build_leaderboard({}, request.user, stored_only=True)
+    evaluation = board and board.evaluation
+    return {"board": board, "evaluation": evaluation,
+            "chart": board and board.ranked and detection_against_false_positives(board),
+            "bugs": visible_bugs(request.user).exclude(status=BugStatus.DEPRECATED).count(),
+            "detectors": len(all_plugins()) - 1, "top": HOME_TOP,
+            "evaluation_bibtex": evaluation and evaluation_bibtex(evaluation, evaluation_url(request, evaluation))}
+
+
+HOME_TOP = 5  # leaderboard rows on the front door
 
 
 def leaderboard(request):

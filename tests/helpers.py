@@ -9,15 +9,19 @@ from django.urls import URLPattern, URLResolver
 from rest_framework.test import APIClient
 
 from accounts.actions import do_create_api_token
+from evaluation.actions import do_store_evaluation
 from runners.actions.detectors import do_record_detector
 
 from .factories import (
     GOOD_REPRODUCER,
     AlarmFactory,
     BugFactory,
+    CampaignFactory,
+    EnvironmentFactory,
     ReproducerFactory,
     ReproducerVersionFactory,
     RunFactory,
+    StabilityCheckFactory,
 )
 
 # Text that would run as script if a page, export or plot forgot to escape it.
@@ -190,3 +194,29 @@ def processes_naming(word):
             except OSError:
                 continue
     return found
+
+
+def stored_evaluation():
+    """A stored evaluation of two bugs under two drop-in detectors and the opt-in ``differential``: nan_inf catches
+    both, grad_health one (with a false alarm on every fixed run), differential both; a failed run, a stability
+    check per bug."""
+    trigger = 3
+    campaign = CampaignFactory(name="evaluation", purpose="evaluation")
+    environment = EnvironmentFactory(host="eval-host", torch="2.13.0+cpu")
+    for bug_id in ("PUB-1", "PUB-2"):
+        version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
+        StabilityCheckFactory(reproducer_version=version)
+        for detector in ("nan_inf", "grad_health", "differential"):
+            for variant in ("buggy", "fixed"):
+                run = RunFactory(campaign=campaign, reproducer_version=version, detector=do_record_detector(detector),
+                                 variant=variant, steps=10, trigger_step=trigger, trigger_time=100.0,
+                                 manifested=variant == "buggy", status="succeeded", environment=environment,
+                                 step_records=[{"step": 0, "rank": 0, "loss": 1.5, "time": 99.0}])
+                if variant == "buggy" and (bug_id, detector) != ("PUB-2", "grad_health"):
+                    AlarmFactory(run=run, step=trigger + 1, rule=f"{detector}_rule", time=101.0, arrival_step=4)
+                if variant == "fixed" and detector == "grad_health":
+                    AlarmFactory(run=run, step=1, rule="grad_health_noise", time=98.0)
+    RunFactory(campaign=campaign, detector=do_record_detector("nan_inf"), status="failed",
+               failure_reason="it crashed", reproducer_version=version, variant="buggy", seed=1, steps=10)
+    return do_store_evaluation(campaign, None, [{"detector": "nan_inf", "median_step_time_ratio": 1.02}], [],
+                               {"seeds": 1, "commit": "abc123", "host": "eval-host"}, 12.5, acting_user=None)

@@ -307,8 +307,8 @@ report(event="oracle", manifested=False, trigger_step=0, summary="listing", evid
 @pytest.mark.parametrize("url, status", [
     ("/bugs/%00/", 400),
     ("/bugs/GH-1%00/submit/", 400),
-    ("/?q=%00", 400),
-    ("/?q=ok&framework=%00pytorch", 400),
+    ("/catalog/?q=%00", 400),
+    ("/catalog/?q=ok&framework=%00pytorch", 400),
     ("/results/?bugs=%00", 400),
     ("/api/bugs/?q=%00", 400),
     ("/api/bugs/%00/", 400),

@@ -115,7 +115,7 @@ def test_a_newer_evaluation_replaces_the_latest_everywhere(client):
     second = do_store_evaluation(campaign, None, [], [], {"seeds": 1}, 1.0, acting_user=None)
     assert f"Stored tables of evaluation #{second.pk}" in get(client, "/results/")[1]
     assert f'Evaluation <a href="/results/?evaluation={second.pk}">#{second.pk}</a>' in get(client, "/leaderboard/")[1]
-    assert f"Evaluation #{second.pk} (" in get(client, "/")[1]
+    assert f"Evaluation #{second.pk} (" in get(client, "/catalog/")[1]
     assert [row["bug"] for row in client.get("/results/detection.json").json()] == ["TEST-NEW"]
     assert client.get("/api/results/").json()["evaluation"] == second.pk
     assert f"Stored tables of evaluation #{first.pk}" in get(client, f"/results/?evaluation={first.pk}")[1]
@@ -202,9 +202,9 @@ def test_a_page_kept_whole_shows_each_change_to_a_row_it_shows(client):
     Evaluation.objects.filter(pk=evaluation.pk).update(parameters={"seeds": 7, "command": "manage.py evaluate-now"})
     assert "7 seeds" in get(client, "/results/")[1]
     assert "manage.py evaluate-now" in get(client, "/leaderboard/")[1]
-    assert "7 seeds" in get(client, "/")[1]
+    assert "7 seeds" in get(client, "/catalog/")[1]
     Bug.objects.filter(bug_id="TEST-A").update(status=BugStatus.SUBMITTED)  # hidden from the public now
-    assert "TEST-A" not in get(client, "/results/detection.csv")[1] and "TEST-A" not in get(client, "/")[1]
+    assert "TEST-A" not in get(client, "/results/detection.csv")[1] and "TEST-A" not in get(client, "/catalog/")[1]
 
 
 
@@ -387,7 +387,7 @@ def test_the_catalog_shows_each_change_to_its_rows(client):
     version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-C", title="first")))
 
     def rows():
-        return {row["ID"]: row for row in table(get(client, "/")[1], "bug-list")}
+        return {row["ID"]: row for row in table(get(client, "/catalog/")[1], "bug-list")}
 
     assert rows() == rows() and rows()["TEST-A"]["Caught by"] == "param_not_updated"
     assert rows()["TEST-C"]["Title"] == "first" and rows()["TEST-C"]["Stability"] == "not verified"

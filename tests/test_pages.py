@@ -56,7 +56,7 @@ def results():
 
 def test_catalog_lists_every_bug_of_the_dossier(client):
     call_command("load_catalog")
-    page = client.get("/").content.decode()
+    page = client.get("/catalog/").content.decode()
     for bug_id in BUGS_MD_IDS:
         assert f">{bug_id}</a>" in page
     assert page.count('href="/bugs/VERDICT-') >= 9
@@ -64,13 +64,13 @@ def test_catalog_lists_every_bug_of_the_dossier(client):
 
 def test_catalog_filters_and_search(client):
     call_command("load_catalog")
-    page = client.get("/", {"framework": "deepspeed"}).content.decode()
+    page = client.get("/catalog/", {"framework": "deepspeed"}).content.decode()
     assert ">DS-1801</a>" in page and ">PT-51800</a>" not in page
-    page = client.get("/", {"fault_location": "user"}).content.decode()
+    page = client.get("/catalog/", {"fault_location": "user"}).content.decode()
     assert ">SO-60335387</a>" in page and ">DS-1801</a>" not in page
-    page = client.get("/", {"multi_rank": "true"}).content.decode()
+    page = client.get("/catalog/", {"multi_rank": "true"}).content.decode()
     assert ">DS-1801</a>" in page and ">SO-60335387</a>" not in page
-    page = client.get("/", {"q": "zero_grad"}).content.decode()
+    page = client.get("/catalog/", {"q": "zero_grad"}).content.decode()
     assert ">SO-60335387</a>" in page and ">DS-1801</a>" not in page
 
 
@@ -88,7 +88,7 @@ def test_hostile_text_is_shown_as_text(client, results):
     run = RunFactory(reproducer_version=version, status="failed", failure_reason=HOSTILE, stderr=HOSTILE,
                      stdout=HOSTILE, oracle_summary=HOSTILE)
     AlarmFactory(run=run, step=0, rule=HOSTILE, message=HOSTILE)
-    for url in ("/", "/bugs/TEST-EVIL/", run.get_absolute_url(), results["detected"].get_absolute_url(),
+    for url in ("/", "/catalog/", "/bugs/TEST-EVIL/", run.get_absolute_url(), results["detected"].get_absolute_url(),
                 "/campaigns/", "/results/"):
         page = client.get(url).content.decode()
         assert "<script>alert" not in page, url

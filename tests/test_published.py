@@ -7,23 +7,18 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, do_store_evaluation, run_tables
+from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, run_tables
 from evaluation.models import Evaluation
 from evaluation.published import SnapshotError, published_snapshots, read_snapshot
 from runners.actions.detectors import do_record_detector
 from runners.models import Alarm, Campaign, Run, StabilityCheck
 
 from .factories import (
-    AlarmFactory,
-    BugFactory,
     CampaignFactory,
-    EnvironmentFactory,
-    ReproducerFactory,
     ReproducerVersionFactory,
     RunFactory,
-    StabilityCheckFactory,
 )
-from .helpers import client_for
+from .helpers import client_for, stored_evaluation
 
 pytestmark = pytest.mark.django_db
 TRIGGER = 3
@@ -31,27 +26,7 @@ TRIGGER = 3
 
 @pytest.fixture
 def stored():
-    """An evaluation of two bugs under two detectors, with alarms before and after the trigger, a failed run and a
-    stability check."""
-    campaign = CampaignFactory(name="evaluation", purpose="evaluation")
-    environment = EnvironmentFactory(host="eval-host", torch="2.13.0+cpu")
-    for bug_id in ("PUB-1", "PUB-2"):
-        version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
-        StabilityCheckFactory(reproducer_version=version)
-        for detector in ("nan_inf", "grad_health"):
-            for variant in ("buggy", "fixed"):
-                run = RunFactory(campaign=campaign, reproducer_version=version, detector=do_record_detector(detector),
-                                 variant=variant, steps=10, trigger_step=TRIGGER, trigger_time=100.0,
-                                 manifested=variant == "buggy", status="succeeded", environment=environment,
-                                 step_records=[{"step": 0, "rank": 0, "loss": 1.5, "time": 99.0}])
-                if variant == "buggy" and (bug_id, detector) != ("PUB-2", "grad_health"):
-                    AlarmFactory(run=run, step=TRIGGER + 1, rule=f"{detector}_rule", time=101.0, arrival_step=4)
-                if variant == "fixed" and detector == "grad_health":
-                    AlarmFactory(run=run, step=1, rule="grad_health_rule", time=98.0)
-    RunFactory(campaign=campaign, detector=do_record_detector("nan_inf"), status="failed",
-               failure_reason="it crashed", reproducer_version=version, variant="buggy", seed=1, steps=10)
-    return do_store_evaluation(campaign, None, [{"detector": "nan_inf", "median_step_time_ratio": 1.02}], [],
-                               {"seeds": 1, "commit": "abc123", "host": "eval-host"}, 12.5, acting_user=None)
+    return stored_evaluation()
 
 
 def forget(evaluation):
@@ -94,7 +69,7 @@ def test_the_published_numbers_show_on_a_fresh_install_beside_live_runs(stored, 
     evaluation = Evaluation.objects.get()
     page = client_for().get("/results/").content.decode()
     assert evaluation.published_id in page
-    catalog = client_for().get("/").content.decode()
+    catalog = client_for().get("/catalog/").content.decode()
     assert "nan_inf" in catalog  # "Caught by" from the published tables
     # A live campaign of the same bug is a layer beside it: the published tables do not move.
     live = CampaignFactory(name="quickstart")

@@ -54,7 +54,7 @@ def test_query_counts_do_not_grow_with_the_history(client):
     grow(bug, campaigns[0], reproducers=1, runs_per_version=2)
     BugFactory.create_batch(2)
     run = Run.objects.filter(alarms__isnull=False).first()
-    urls = ["/", f"/bugs/{bug.bug_id}/", "/campaigns/", f"/campaigns/{campaigns[0].pk}/",
+    urls = ["/", "/catalog/", f"/bugs/{bug.bug_id}/", "/campaigns/", f"/campaigns/{campaigns[0].pk}/",
             f"/campaigns/{campaigns[0].pk}/?page=2", f"/runs/{run.pk}/", "/results/",
             f"/results/?campaign={campaigns[0].pk}", "/api/runs/", "/api/campaigns/", "/api/alarms/",
             "/api/bugs/"]

@@ -259,12 +259,12 @@ def test_unreviewed_submissions_stay_out_of_the_public_catalog(client, submitted
     for user in (None, UserFactory()):
         if user:
             client.force_login(user)
-        assert "GH-4242" not in client.get("/").content.decode()
+        assert "GH-4242" not in client.get("/catalog/").content.decode()
         assert "GH-4242" not in client.get("/catalog.csv").content.decode()
         assert client.get("/bugs/GH-4242/").status_code == 404
         assert client.get("/api/bugs/GH-4242/").status_code == 404
     client.force_login(submitted.submitted_by)
-    assert client.get("/bugs/GH-4242/").status_code == 200 and "GH-4242" in client.get("/").content.decode()
+    assert client.get("/bugs/GH-4242/").status_code == 200 and "GH-4242" in client.get("/catalog/").content.decode()
     client.force_login(MaintainerFactory())
     assert client.get("/bugs/GH-4242/").status_code == 200
     do_review_version(submitted, approve=True, verify=False, acting_user=MaintainerFactory())

@@ -40,15 +40,15 @@ def test_an_evaluation_names_its_run_and_seed_counts_only_when_it_recorded_them(
     """A synthetic history's evaluation records neither: the pages said "? seed(s)" and " runs, seed(s)"."""
     unrecorded = EvaluationFactory(parameters={"synthetic": True})
     day, minute = f"{unrecorded.created_at:%Y-%m-%d}", f"{unrecorded.created_at:%Y-%m-%d %H:%M}"
-    catalog, results = client.get("/").content.decode(), client.get("/results/").content.decode()
+    catalog, results = client.get("/catalog/").content.decode(), client.get("/results/").content.decode()
     assert f"evaluation #{unrecorded.pk} ({day}); a bug's page" in said(catalog, "caught-by-source")
     assert f"evaluation #{unrecorded.pk} ({minute} UTC), campaign" in said(results, "selection")
     assert "run count not recorded, seed count not recorded" in said(client.get("/methodology/").content.decode(),
                                                                      "cite")
     recorded = EvaluationFactory(parameters={"runs": 492, "seeds": 3})
-    assert f"#{recorded.pk} ({day}, 3 seeds)" in said(client.get("/").content.decode(), "caught-by-source")
+    assert f"#{recorded.pk} ({day}, 3 seeds)" in said(client.get("/catalog/").content.decode(), "caught-by-source")
     assert f"({minute} UTC, 492 runs when stored, 3 seeds)" in said(client.get("/results/").content.decode(),
                                                                      "selection")
     assert "492 runs, 3 seeds" in said(client.get("/methodology/").content.decode(), "cite")
     one = EvaluationFactory(parameters={"runs": 1, "seeds": 1})
-    assert f"#{one.pk} ({day}, 1 seed)" in said(client.get("/").content.decode(), "caught-by-source")
+    assert f"#{one.pk} ({day}, 1 seed)" in said(client.get("/catalog/").content.decode(), "caught-by-source")

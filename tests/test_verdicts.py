@@ -158,7 +158,7 @@ def test_the_bug_page_and_the_catalog_take_caught_by_from_the_latest_stored_eval
     assert "Caught by: differential (opt-in), loss_spike (" in text  # the reproducer handed differential its reference
     assert f"From the stored tables of evaluation #{evaluation.pk}" in text
 
-    catalog = client.get("/").content.decode()
+    catalog = client.get("/catalog/").content.decode()
     rows = {row["ID"]: row for row in table(catalog, "bug-list")}
     assert rows["TEST-V"]["Caught by"] == "differential (opt-in), loss_spike"
     assert rows["TEST-UNRUN"]["Caught by"] == "not in the evaluation"
@@ -171,7 +171,7 @@ def test_the_catalog_shows_each_reproducers_last_stability_check(client, version
     cuda = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=version.reproducer.bug, name="cuda"))
     StabilityCheckFactory(reproducer_version=cuda, seeds=5, buggy_manifested=5, fixed_manifested=2)
     BugFactory(bug_id="TEST-NEW")
-    rows = {row["ID"]: row for row in table(client.get("/").content.decode(), "bug-list")}
+    rows = {row["ID"]: row for row in table(client.get("/catalog/").content.decode(), "bug-list")}
     assert rows["TEST-V"]["Stability"] == "cpu: Verified 3/3 · 0/3cuda: Flaky 5/5 · 2/5"
     assert rows["TEST-NEW"]["Stability"] == "not verified"
     assert rows["TEST-V"]["Caught by"] == "–"  # no stored evaluation

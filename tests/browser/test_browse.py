@@ -45,7 +45,7 @@ def test_browse_the_catalog_a_bug_and_the_results(page, live_site, page_events):
     call_command("load_catalog")
     finished_runs()
 
-    page.goto("/")
+    page.goto("/catalog/")
     expect(page.locator("h1")).to_have_text("Catalog of silent training errors")
     expect(page.get_by_role("link", name="PT-115607", exact=True)).to_be_visible()
     page.select_option("select[name=framework]", "deepspeed")
@@ -88,7 +88,7 @@ def test_browse_the_catalog_a_bug_and_the_results(page, live_site, page_events):
 def test_hostile_bug_title_is_shown_as_text(page, live_site, page_events):
     BugFactory(bug_id="TEST-EVIL", title=HOSTILE, symptom=HOSTILE)
 
-    page.goto("/?q=TEST-EVIL")
+    page.goto("/catalog/?q=TEST-EVIL")
     row = page.locator("table tbody tr", has_text="TEST-EVIL")
     expect(row.locator("td").nth(1)).to_have_text(HOSTILE)
     page.get_by_role("link", name="TEST-EVIL").click()

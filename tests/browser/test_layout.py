@@ -117,7 +117,7 @@ def test_cards_open_and_close_at_their_padding_and_captions_span_a_phone(page):
     run = make_runs(campaign=CampaignFactory())["detected"]
     for viewport in (DESKTOP, PHONE):
         page.set_viewport_size(viewport)
-        for url in ("/", run.get_absolute_url(), "/leaderboard/"):
+        for url in ("/", "/catalog/", run.get_absolute_url(), "/leaderboard/"):
             page.goto(url)
             margins = page.evaluate(CARD_EDGE_MARGINS)
             assert margins and all(margin == 0 for _, margin in margins), f"{url} at {viewport['width']}: {margins}"

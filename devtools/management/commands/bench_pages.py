@@ -24,7 +24,8 @@ from runners.models import Alarm, Campaign, Environment, Run, StabilityCheck
 
 def pages():
     """(label, URL) of every page measured, picked for the most runs where there is a choice."""
-    listed = [("catalog", "/"), ("catalog, filtered", "/?status=verified&framework=pytorch")]
+    listed = [("landing", "/"), ("catalog", "/catalog/"),
+              ("catalog, filtered", "/catalog/?status=verified&framework=pytorch")]
     busiest = (Run.objects.filter(reproducer_version__reproducer__bug__isnull=False)
                .values("reproducer_version__reproducer__bug__bug_id").annotate(n=Count("id")).order_by("-n").first())
     if busiest:

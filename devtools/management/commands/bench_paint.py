@@ -26,7 +26,7 @@ from runners.worker.local import database_url
 
 def pages():
     """(label, path) of the pages measured; the run page only when the database has a run to show."""
-    listed = [("landing (catalog)", "/"), ("leaderboard", "/leaderboard/"), ("results", "/results/"),
+    listed = [("landing", "/"), ("catalog", "/catalog/"), ("leaderboard", "/leaderboard/"), ("results", "/results/"),
               ("methodology", "/methodology/")]
     run = example_run()
     return listed + [("run (with alarms)", run)] if run else listed

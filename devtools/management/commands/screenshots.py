@@ -36,7 +36,8 @@ def widths(text):
 # (file name, path or a function returning one or None when the database has nothing to show, signed in).
 # Signed-in pages are taken as the user named by --user, and skipped without it. Extend here.
 PAGES = [
-    ("catalog", "/", False),
+    ("landing", "/", False),
+    ("catalog", "/catalog/", False),
     ("bug", "/bugs/PT-115607/", False),
     ("run", example_run, False),
     ("results", "/results/", False),

@@ -18,8 +18,9 @@ from runners.worker.local import local_worker, log_tail, stop_process
 
 
 class Command(BaseCommand):
-    help = ("The main job on one machine: migrate, load the catalog, run every CPU reproducer under every "
-            "detector (buggy and fixed) through a local Celery worker, and serve the dashboard.")
+    help = ("The main job on one machine: migrate, load the catalog and the published results, run every CPU "
+            "reproducer under every detector (buggy and fixed) through a local Celery worker, and serve the "
+            "dashboard.")
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
@@ -38,6 +39,7 @@ class Command(BaseCommand):
             self.check_port_free(port)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog")
+        call_command("load_results")  # the published numbers, shown before this machine's own campaign ends
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise serves from it (and the finders)
