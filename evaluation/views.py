@@ -15,7 +15,13 @@ from runners.permissions import TRIGGER_PERMISSION
 
 from .actions import do_start_bisection
 from .bisections import BisectionForm, bisection_path
-from .charts import detection_against_false_positives, detection_heatmap, false_positive_chart, latency_chart, overhead_chart
+from .charts import (
+    detection_against_false_positives,
+    detection_heatmap,
+    false_positive_chart,
+    latency_chart,
+    overhead_chart,
+)
 from .citation import benchmark_bibtex, evaluation_bibtex
 from .compare import compare_query, comparison_frame
 from .entries import detector_history, entries_export, entry_of, open_entries, scored_versions
