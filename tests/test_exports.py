@@ -148,7 +148,8 @@ def test_catalog_downloads_follow_the_catalog_filter(client):
     BugFactory(bug_id="TEST-PT", title=HOSTILE)
     BugFactory(bug_id="TEST-DS", framework="deepspeed", title="ZeRO & friends | 50% off_by_one")
     page = client.get("/catalog/", {"framework": "deepspeed"}).content.decode()
-    assert 'href="/catalog.tex?framework=deepspeed"' in page and "<script>alert" not in client.get("/catalog/").content.decode()
+    assert 'href="/catalog.tex?framework=deepspeed"' in page
+    assert "<script>alert" not in client.get("/catalog/").content.decode()
     rows = list(csv.DictReader(io.StringIO(client.get("/catalog.csv", {"framework": "deepspeed"}).content.decode())))
     assert [(r["bug"], r["framework"], r["title"]) for r in rows] == [
         ("TEST-DS", "DeepSpeed", "ZeRO & friends | 50% off_by_one")]

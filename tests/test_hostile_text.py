@@ -69,7 +69,8 @@ def hostile_world():
 def pages(world):
     campaign, run = world["campaign"], world["runs"][0]
     return [
-        "/", "/catalog/", "/catalog/?q=TEST", "/bugs/TEST-EVIL/", f"/runs/{run.pk}/", f"/runs/{world['runs'][1].pk}/", "/campaigns/",
+        "/", "/catalog/", "/catalog/?q=TEST", "/bugs/TEST-EVIL/", f"/runs/{run.pk}/", f"/runs/{world['runs'][1].pk}/",
+        "/campaigns/",
         f"/campaigns/{campaign.pk}/", f"/campaigns/{campaign.pk}/live/",
         f"/campaigns/{campaign.pk}/live/?status=failed",
         f"/results/?campaign={campaign.pk}", f"/results/compare/?a=campaign:{campaign.pk}&b=environment:"
