@@ -34,6 +34,7 @@ urlpatterns = [
     path("leaderboard/entries.<slug:fmt>", evaluation_views.leaderboard_entries_download, name="leaderboard-entries"),
     path("leaderboard/entries/<int:pk>/", evaluation_views.leaderboard_entry, name="leaderboard-entry"),
     path("leaderboard/detectors/<slug:name>/", evaluation_views.leaderboard_detector, name="leaderboard-detector"),
+    path("detectors/<slug:name>/", evaluation_views.detector, name="detector"),
     path("methodology/", evaluation_views.methodology, name="methodology"),
     path("methodology/cite.bib", evaluation_views.citation_bib, name="citation_bib"),
     path("docs/", include("core.urls")),

@@ -156,7 +156,7 @@ def _entry(version, selection, campaign, evaluation, user, recorded_code):
         "campaign": campaign.get_absolute_url(),
         "runs": reverse("run-list") + f"?campaign={campaign.pk}&detector__name={version.name}",
         "entry": reverse("leaderboard-entry", args=[version.pk]),
-        "history": reverse("leaderboard-detector", args=[version.name]),
+        "history": reverse("detector", args=[version.name]),
     }
     return entry
 

@@ -24,7 +24,8 @@ from .charts import (
 )
 from .citation import benchmark_bibtex, evaluation_bibtex
 from .compare import compare_query, comparison_frame
-from .entries import detector_history, entries_export, entry_of, open_entries, scored_versions
+from .detector_pages import detector_page
+from .entries import entries_export, entry_of, open_entries, scored_versions
 from .exports import EXPORT_TABLES, InvalidFilter, results_export
 from .integrity import alarmed_under_every_detector
 from .leaderboard import build_leaderboard, selection_query
@@ -187,11 +188,20 @@ def leaderboard_entry(request, pk):
 
 
 def leaderboard_detector(request, name):
-    """The history of one detector: each version the reader may see, with its entry where it was scored."""
-    history = shown_once(request, f"leaderboard-detector:{name}", lambda: detector_history(name, request.user))
-    if not history:
+    """The versions of a detector were listed here before detectors had pages of their own: the page has them."""
+    return redirect("detector", name=name, permanent=True)
+
+
+def detector(request, name):
+    """A detector's page (evaluation.detector_pages), rendered once for the same rows it shows."""
+    def content():
+        page = detector_page(name, request.user)
+        return page and render_to_string("evaluation/detector_content.html", {"page": page}, request)
+
+    html = shown_once(request, f"detector-page:{name}", content)
+    if html is None:
         raise Http404(f"No detector named {name!r}.")
-    return render(request, "evaluation/leaderboard_detector.html", {"name": name, "history": history})
+    return render(request, "evaluation/detector.html", {"content": html, "name": name})
 
 
 def leaderboard_entries_download(request, fmt):

@@ -213,9 +213,11 @@ SURFACES = [
     Surface("leaderboard", maintainer_sees=ID),  # the evaluation's command line
     Surface("leaderboard", query="campaign={mixed}"),
     *exports("leaderboard-entries"),
-    Surface("leaderboard-detector", {"name": "param_not_updated"}),
+    Surface("detector", {"name": "param_not_updated"}),
     Surface("leaderboard-entry", {"pk": "code"}, maintainer_sees=ID),  # scored on the evaluation: its manifest
     Surface("methodology"),
+    Surface("home"),
+    Surface("citation_bib"),
     Surface("docs:index"),
     Surface("docs:page", {"name": "methodology"}),
     Surface("evaluation:compare", query="a=campaign:{mixed}&b=campaign:{other}"),
@@ -270,6 +272,7 @@ NOT_ABOUT_BUGS = {
     "admin:*": "staff only: test_the_admin_shows_staff_no_held_out_bug and "
                "test_admin_hides_held_out_bugs_from_staff_and_lets_maintainers_move_them",
     "runners:review_detector": "a detector version's review: its code, no bug",
+    "leaderboard-detector": "a permanent redirect to the detector's page (detector)",
     "detector-submission-detail": "one detector submission, as detector-submission-list shows it",
     "detector-submission-review": "a maintainer's review of a detector version",
     "evaluation:bisection": "a bisection of a bug the reader may see (evaluation.views.visible_bisections: "

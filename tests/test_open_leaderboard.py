@@ -154,9 +154,9 @@ def test_the_pages_show_entries_history_citation_and_what_was_scored(client, boa
     assert "TEST-B" in client_as(client, board["maintainer"]).get(
         f"/leaderboard/entries/{board['version'].pk}/").content.decode()
     client.logout()
-    history = client.get("/leaderboard/detectors/step_watch/").content.decode()
-    assert ">2</a>" in history and "grace" in history
-    assert client.get("/leaderboard/detectors/nothing_here/").status_code == 404
+    history = client.get("/detectors/step_watch/").content.decode()
+    assert ">2</a>" in history and "grace" in history and "Not a built-in detector" in history
+    assert client.get("/detectors/nothing_here/").status_code == 404
     assert client.get("/leaderboard/entries/999999/").status_code == 404
     published = client.get(f"/leaderboard/?evaluation={board['evaluation'].pk}").content.decode()
     assert 'id="open-leaderboard"' not in published
@@ -165,9 +165,9 @@ def test_the_pages_show_entries_history_citation_and_what_was_scored(client, boa
 def test_a_pending_version_is_in_its_submitter_s_history_only(client, board):
     DetectorVersion.objects.create(name="step_watch", version="3", code=SUBMITTED + "\n", code_hash="cd" * 32,
                                    submitted_by=board["researcher"], interface={"integration": "drop-in"})
-    assert ">3<" not in client.get("/leaderboard/detectors/step_watch/").content.decode()
+    assert ">3<" not in client.get("/detectors/step_watch/").content.decode()
     client_as(client, board["researcher"])
-    assert "Waiting for review" in client.get("/leaderboard/detectors/step_watch/").content.decode()
+    assert "Waiting for review" in client.get("/detectors/step_watch/").content.decode()
 
 
 def test_the_entries_export_in_every_format(client, board, tmp_path):

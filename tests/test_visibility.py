@@ -177,6 +177,9 @@ CASES = [
     Case("leaderboard", {}, PUBLIC),
     Case("leaderboard", {}, expect(404, 404, 404, 200), query="campaign={hidden_campaign}"),
     Case("methodology", {}, PUBLIC),
+    Case("home", {}, PUBLIC),
+    Case("citation_bib", {}, PUBLIC),
+    Case("leaderboard-detector", {"name": "nan_inf"}, expect(301, 301, 301, 301)),
     Case("docs:index", {}, PUBLIC),
     Case("docs:page", {"name": "accounts"}, PUBLIC),
     Case("docs:page", {"name": "no-such-document"}, expect(404, 404, 404, 404)),
@@ -243,7 +246,7 @@ CASES = [
          data={"decision": "reject"}),
     Case("leaderboard-entries", {"fmt": "csv"}, PUBLIC),
     Case("leaderboard-entry", {"pk": "pending_detector"}, expect(404, 404, 404, 404)),  # never scored
-    Case("leaderboard-detector", {"name": "secret_watch"}, HIDDEN),  # its only version is pending
+    Case("detector", {"name": "secret_watch"}, HIDDEN),  # its only version is pending
     # --- accounts ---
     Case("accounts:signup", {}, PUBLIC),
     Case("accounts:account", {}, SIGNED_IN),
