@@ -20,7 +20,8 @@ FALSE_ALARM_ONLY = "false alarms, nothing detected"
 LABEL_LINE = 22
 ROW_HEIGHT = 24  # px per heatmap row, a line of label; a row whose label wraps takes two
 FEWEST_ROWS = 4  # of height kept for the cells: with less, a phone's upright names leave plotly no plot area
-COLOUR_BAR_HEIGHT = 60  # px under the cells: the colour bar, its ticks and the no-data legend beside it
+COLOUR_BAR_HEIGHT = 60  # px under the cells: the colour bar and its ticks
+LEGEND_HEIGHT = 48  # px under the colour bar, when a cell needs the legend: its swatches, on two rows on a phone
 NAMES_HEIGHT = 170  # px above the cells: the detectors' names, upright on a phone (at least)
 NAME_CHARACTER = 7  # px of an upright detector name's character, at the axis font
 COLUMN_WIDTH = 18  # px a column needs at the least: an upright name's line, and the gap beside it
@@ -93,15 +94,19 @@ def detection_heatmap(detection):
     labels = [wrapped(row) for row in rows_shown]
     rows_height = sum(ROW_HEIGHT * (1 + row.count("<br>")) for row in labels)
     names_height = max(NAMES_HEIGHT, NAME_CHARACTER * max(map(len, detectors), default=0) + 10)
+    # The legend has a row of its own under the colour bar: beside it, "false alarms, nothing detected" ran into
+    # the bar's "0%".
+    legend_height = LEGEND_HEIGHT if len(figure.data) > 1 else 0
+    height = names_height + COLOUR_BAR_HEIGHT + legend_height + max(rows_height, FEWEST_ROWS * ROW_HEIGHT)
+    figure.data[0].colorbar.y = legend_height / height
     figure.update_layout(
-        **{**LAYOUT, "margin": {**LAYOUT["margin"], "b": COLOUR_BAR_HEIGHT}},
-        height=names_height + COLOUR_BAR_HEIGHT + max(rows_height, FEWEST_ROWS * ROW_HEIGHT),
+        **{**LAYOUT, "margin": {**LAYOUT["margin"], "b": COLOUR_BAR_HEIGHT + legend_height}},
+        height=height,
         # charts.js: the plot is never narrower, and scrolls inside its figure rather than crowd the names
         meta={"min_width": ROW_LABELS_WIDTH + COLUMN_WIDTH * len(detectors)},
         xaxis={"side": "top", "automargin": True, "tickvals": detectors, "autotickangles": [-30, -90]},
         yaxis={"autorange": "reversed", "automargin": True, "tickvals": rows_shown, "ticktext": labels},
-        # the no-data swatch under the row labels, left of the colour bar
-        legend={"orientation": "h", "x": 0, "xanchor": "right", "y": 0, "yref": "container", "yanchor": "bottom"})
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yref": "container", "yanchor": "bottom"})
     rows = [[r["bug"], r["reproducer"], r["detector"], r["detected_runs"], r["buggy_runs"], r["detection_rate"],
              r["outcome"]] for r in sorted(records, key=lambda r: (r["bug"], r["reproducer"], r["detector"]))]
     return Chart("detection-heatmap", as_dict(figure),

@@ -16,6 +16,7 @@ from runners.models import Campaign
 
 from ..factories import (
     GOOD_REPRODUCER,
+    AlarmFactory,
     BugFactory,
     CampaignFactory,
     DetectorFactory,
@@ -60,7 +61,7 @@ def pages():
     run = RunFactory(detector=DetectorFactory(name="traincheck"), status="succeeded",
                      detector_summary={"rules_deployed": 300, "rules_failed": 2})
     return {
-        "catalog": "/", "bug": "/bugs/DS-1801/", "results": f"/results/?campaign={campaign.pk}",
+        "landing": "/", "catalog": "/catalog/", "bug": "/bugs/DS-1801/", "results": f"/results/?campaign={campaign.pk}",
         "run": run.get_absolute_url(),
         "leaderboard": "/leaderboard/", "submit": "/submit/",
         "compare": f"/results/compare/?a=campaign:{campaign.pk}&b=campaign:{other.pk}",
@@ -132,7 +133,15 @@ HEATMAP_PARTS = """() => { const box = element => { const r = element.getBoundin
         return [element.textContent, r.left, r.top, r.right, r.bottom]; };
     const chart = document.querySelector("#detection-heatmap .js-plotly-plot");  // its layers of SVG
     return {figure: box(chart.querySelector(".main-svg")), x: [...chart.querySelectorAll(".xtick text")].map(box),
-            y: [...chart.querySelectorAll(".ytick text")].map(box), bar: box(chart.querySelector(".colorbar"))}; }"""
+            y: [...chart.querySelectorAll(".ytick text")].map(box), bar: box(chart.querySelector(".colorbar")),
+            ticks: [...chart.querySelectorAll(".colorbar text")].map(box),
+            legend: [...chart.querySelectorAll(".legend .traces")].map(box)}; }"""
+
+
+def overlaps(first, second):
+    """Whether two boxes [text, left, top, right, bottom] share more than a pixel."""
+    return (min(first[3], second[3]) - max(first[1], second[1]) > 1
+            and min(first[4], second[4]) - max(first[2], second[2]) > 1)
 
 
 def test_the_heatmap_names_every_row_and_detector_on_a_phone(page):
@@ -143,18 +152,25 @@ def test_the_heatmap_names_every_row_and_detector_on_a_phone(page):
     bug_ids = ["BLOOM-176B-DIVERGENCE", "VERDICT-ALLGATHER-AS-ALLREDUCE", "VERDICT-INCONSISTENT-SCALING"]
     for bug_id in bug_ids:
         version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
-        for detector in detectors:
+        for detector in detectors[:-1] if bug_id == bug_ids[0] else detectors:  # one cell never run: "no data"
             RunFactory(reproducer_version=version, detector=detector, status="succeeded", steps=10, trigger_step=3,
                        manifested=True)
+        if bug_id == bug_ids[1]:  # a false alarm on the fixed variant, nothing detected: the legend's other swatch
+            fixed = RunFactory(reproducer_version=version, detector=detectors[0], status="succeeded", steps=10,
+                               variant="fixed", manifested=False)
+            AlarmFactory(run=fixed, step=1, rule="noise")
     page.set_viewport_size(PHONE)
     page.goto("/results/")
     wait_for_plot(page, "#detection-heatmap")
     parts = page.evaluate(HEATMAP_PARTS)
+    assert len(parts["legend"]) == 2 and parts["ticks"]
+    for swatch in parts["legend"]:  # "false alarms, nothing detected" ran into the colour bar's "0%"
+        assert not any(overlaps(swatch, tick) for tick in parts["ticks"]), (swatch, parts["ticks"])
     _, left, top, right, bottom = parts["figure"]
     assert [text for text, *_ in parts["x"]] == [detector.name for detector in detectors]
     # a label's lines joined (a line break before a space drops the space)
     assert [text.replace(" ", "") for text, *_ in parts["y"]] == [f"{bug_id}(cpu)" for bug_id in bug_ids]
-    for text, *edges in parts["x"] + parts["y"] + [parts["bar"]]:
+    for text, *edges in parts["x"] + parts["y"] + [parts["bar"]] + parts["legend"]:
         assert left <= edges[0] and top <= edges[1] and edges[2] <= right and edges[3] <= bottom, text
     for (name, *first), (_, *second) in zip(parts["x"], parts["x"][1:]):
         assert first[2] <= second[0] + 0.5, f"{name} overlaps the next detector's name"
