@@ -80,7 +80,9 @@ def _highlight(filename, text):
         lexer = get_lexer_for_filename(filename, stripnl=False)
     except ClassNotFound:
         lexer = TextLexer()
-    return highlight(text, lexer, HtmlFormatter(cssclass="code", linenos="table"))
+    # Numbers inline, in the line they number: in a column of their own they fell out of step with code lines
+    # that wrap, and a two-digit number broke across lines on a phone.
+    return highlight(text, lexer, HtmlFormatter(cssclass="code", linenos="inline"))
 
 
 def reproducer_cards(reproducers, user):

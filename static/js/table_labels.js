@@ -23,7 +23,7 @@
     table.classList.add("labelled");
   }
   function labelAll() {
-    document.querySelectorAll("main table:not(.codetable):not(.labelled)").forEach(label);
+    document.querySelectorAll("main table:not(.labelled)").forEach(label);
   }
   labelAll();
   new MutationObserver(labelAll).observe(document.querySelector("main"), {childList: true, subtree: true});

@@ -223,3 +223,34 @@ def test_a_newcomer_goes_from_submit_a_bug_to_a_submission(page, live_site, tmp_
     expect(page).to_have_url(re.compile(r"/docs/reproducer-protocol/$"))
     expect(page.locator("article h1")).to_contain_text("reproducer protocol")
     assert page.evaluate(PAGE_WIDTH) == [390, 390]
+
+
+# Each line number of the code on a page: its text, how many lines it takes, and whether it is shown.
+LINE_NUMBERS = """() => [...document.querySelectorAll(".code .linenos")].map(number =>
+    [number.textContent.trim(), number.getClientRects().length])"""
+PAGE_HEIGHT = "() => document.documentElement.scrollHeight"
+# The bound a bug page stays under with its code folded (DS-1801's was 286 lines of code before its runs).
+BUG_PAGE_HEIGHT = {"390 px": 9000, "1400 px": 5000}
+
+
+def test_code_is_folded_and_its_line_numbers_count_its_lines_at_both_widths(page):
+    """The YAML's numbers were one line off and "10" broke into "1" over "0" on a phone: the numbers were a column
+    of their own, out of step with wrapped code lines. Now each number is in its line, whole."""
+    call_command("load_catalog")
+    version = ReproducerVersion.objects.filter(reproducer__bug__bug_id="DS-1801").order_by("-created_at").first()
+    lines = [len(text.splitlines()) for _, text in sorted(version.files.items())]
+    for width, viewport in (("390 px", PHONE), ("1400 px", DESKTOP)):
+        page.set_viewport_size(viewport)
+        page.goto("/bugs/DS-1801/")
+        assert page.evaluate(PAGE_HEIGHT) < BUG_PAGE_HEIGHT[width], f"the bug page is too long at {width}"
+        expect(page.locator("details.code-files").first).not_to_have_attribute("open", "")
+        page.locator("details.code-files summary").first.click()
+        numbers = page.evaluate(LINE_NUMBERS)
+        assert all(rects == 1 for _, rects in numbers), f"a line number broke across lines at {width}"
+        files = []
+        for text, _ in numbers:  # each file's numbers run from 1 to its number of lines
+            if int(text) == 1:
+                files.append(0)
+            files[-1] += 1
+            assert int(text) == files[-1]
+        assert sorted(files) == sorted(lines), (files, lines)
