@@ -4,6 +4,7 @@ every format (LaTeX compiled by a real TeX engine, as tests/test_latex.py compil
 the command that queues the matrix."""
 import io
 import json
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -125,7 +126,8 @@ def test_two_campaigns_of_the_same_seeds_are_judged_over_all_their_runs(client):
 def test_without_a_matrix_campaign_the_page_says_how_to_make_one(client):
     response = client.get("/results/versions/")
     assert response.status_code == 200
-    assert "`manage.py version_matrix` creates one" in response.content.decode()
+    said = re.search(r'<p id="versions-error">(.*?)</p>', response.content.decode(), re.S).group(1)
+    assert "<code>manage.py version_matrix</code> creates one" in said and "`" not in said  # Markdown, rendered
     with pytest.raises(CommandError, match="No version-matrix campaign yet"):
         call_command("export", "versions", stdout=io.StringIO())
 

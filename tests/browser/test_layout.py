@@ -254,3 +254,17 @@ def test_code_is_folded_and_its_line_numbers_count_its_lines_at_both_widths(page
             files[-1] += 1
             assert int(text) == files[-1]
         assert sorted(files) == sorted(lines), (files, lines)
+
+
+# The navigation's rows at a phone's width: the distinct tops of its links.
+NAV_ROWS = """() => new Set([...document.querySelectorAll("header.top nav a")].map(
+    link => Math.round(link.getBoundingClientRect().top))).size"""
+
+
+def test_the_navigation_takes_one_row_on_a_phone(page):
+    page.set_viewport_size(PHONE)
+    page.goto("/")
+    assert page.evaluate(NAV_ROWS) == 1  # it took four
+    assert page.evaluate(PAGE_WIDTH) == [390, 390]  # its row scrolls by itself, never the page
+    page.get_by_role("navigation").get_by_role("link", name="Methodology").click()
+    expect(page).to_have_url(re.compile(r"/methodology/$"))
