@@ -89,3 +89,12 @@ def test_empty_sections_say_what_to_do(client):
     make_runs()
     filtered = text(client.get("/results/", {"bug": "TEST-A", "outcome": "no data"}))
     assert "No matrix row matches the filter: loosen it or reset it." in filtered
+
+
+def test_the_matrix_is_shown_once_its_table_one_click_away(client, campaign):
+    page = client.get("/results/", {"campaign": campaign.pk}).content.decode()
+    assert page.count('id="detection-heatmap"') == 1 and page.count('id="detection-matrix"') == 1
+    folded = re.search(r'<details id="matrix-as-table"( open)?><summary>The same matrix as a table', page)
+    assert folded and folded.group(1) is None and page.index("matrix-as-table") < page.index('id="detection-matrix"')
+    empty = client.get("/results/", {"bug": "TEST-A", "outcome": "no data"}).content.decode()
+    assert '<details id="matrix-as-table" open>' in empty  # what to do is said, not folded away
