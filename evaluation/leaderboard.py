@@ -17,7 +17,6 @@ from django.urls import reverse
 
 from core.enums import Variant
 from runners.detectors.base import DROP_IN, INTEGRATIONS
-from runners.models import RunStatus
 
 from .metrics import wilson_interval
 from .results import Results
@@ -168,20 +167,21 @@ def _has_data(standing):
 
 
 def _links(results, detector):
-    """Where the runs behind each of a detector's numbers are listed: the runs API filtered to the selection's
-    campaign, the detector, the variant and succeeded runs (the tables count only those), and the results page
-    for the numbers that come from its tables (latency)."""
+    """Where the runs behind each of a detector's numbers are listed: the run list page (evaluation.run_lists) of
+    the selection's succeeded runs of the detector, narrowed to what the number counts (its detections, its
+    false alarms), and the results page for the numbers that come from its tables (latency)."""
     campaign = results.evaluation.campaign_id if results.evaluation else results.campaign_id
-    runs = {"detector__name": detector, "status": RunStatus.SUCCEEDED, **({"campaign": campaign} if campaign else {})}
     selection = ({"evaluation": results.evaluation.pk} if results.evaluation
                  else {"campaign": campaign} if campaign else {})
     table = reverse("evaluation:results") + "?" + urlencode({**selection, "detector": detector})
+    listed = reverse("evaluation:runs") + "?" + urlencode({**selection, "detector": detector})
     links = {
-        "buggy_runs": reverse("run-list") + "?" + urlencode({**runs, "variant": Variant.BUGGY}),
-        "clean_runs": reverse("run-list") + "?" + urlencode({**runs, "variant": Variant.FIXED}),
+        "detected_runs": listed + "&" + urlencode({"variant": Variant.BUGGY, "verdict": "detected"}),
+        "clean_runs": listed + "&" + urlencode({"variant": Variant.FIXED}),
+        "false_alarm_runs": listed + "&" + urlencode({"variant": Variant.FIXED, "verdict": "false-alarm"}),
         "matrix": table + "#detection-matrix", "latency": table + "#latency",
     }
     if results.evaluation and results.evaluation.overhead_campaign_id:
-        links["overhead_runs"] = reverse("run-list") + "?" + urlencode(
-            {"campaign": results.evaluation.overhead_campaign_id, "detector__name": detector})
+        links["overhead_runs"] = reverse("evaluation:runs") + "?" + urlencode(
+            {"campaign": results.evaluation.overhead_campaign_id, "detector": detector})
     return links

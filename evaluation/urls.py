@@ -5,6 +5,7 @@ from . import views
 app_name = "evaluation"
 urlpatterns = [
     path("", views.results, name="results"),
+    path("runs/", views.run_list_page, name="runs"),
     path("compare/", views.compare, name="compare"),
     path("compare.<slug:fmt>", views.compare_export, name="compare-export"),
     path("versions/", views.versions, name="versions"),

@@ -1,5 +1,6 @@
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound
 from django.shortcuts import get_object_or_404, redirect, render
@@ -32,6 +33,7 @@ from .leaderboard import build_leaderboard, selection_query
 from .methodology import CITATION, detectors, sections
 from .models import Bisection
 from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer, shown_once
+from .run_lists import InvalidRunList, run_list
 from .tables import by_integration, matrix
 from .tasks import advance_bisection
 from .versions import matrix_campaigns, selected_matrix, versions_export
@@ -136,6 +138,22 @@ def compare_export(request, fmt):
         errors = form.errors.as_text() or filters.errors.as_text() or "choose sides a and b"
         return HttpResponseBadRequest(f"Invalid comparison: {errors}", content_type="text/plain")
     return download("comparison", comparison_frame(result.shown), fmt)
+
+
+def run_list_page(request):
+    """The runs behind a count (evaluation.run_lists), 50 to a page."""
+    try:
+        listed = run_list(request.GET, request.user)
+    except NotFound as error:
+        raise Http404(str(error)) from error
+    except InvalidRunList as error:
+        return HttpResponseBadRequest(f"Invalid run list: {error}.", content_type="text/plain; charset=utf-8")
+    page = Paginator(listed.runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "evaluation/run_list.html", {"listed": listed, "page_obj": page,
+                                                        "runs": list(page.object_list), "show_bug": True})
+
+
+RUNS_PER_PAGE = 50
 
 
 def home(request):

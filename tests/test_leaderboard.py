@@ -109,13 +109,17 @@ def test_the_page_says_what_it_shows(client, runs):
 def test_every_number_links_to_the_runs_behind_it(client, runs):
     page = client.get(reverse("leaderboard")).content.decode()
     links = hrefs(page, "traincheck")
-    results_link, beyond, caught, same_rule_as_fixed, no_fixed_twin, fp_rate, latency = links
-    assert results_link == reverse("evaluation:results") + "?detector=traincheck#detection-matrix"
+    detector_page, beyond, caught, same_rule_as_fixed, no_fixed_twin, fp_rate, latency = links
+    assert detector_page == reverse("detector", args=["traincheck"])
     assert beyond == caught == same_rule_as_fixed == no_fixed_twin and latency.endswith("#latency")
-    buggy = client.get(caught).json()
-    assert len(buggy["results"]) == 2 and {r["variant"] for r in buggy["results"]} == {"buggy"}
-    clean = client.get(fp_rate).json()
-    assert len(clean["results"]) == 2 and {r["variant"] for r in clean["results"]} == {"fixed"}
+    # Readable pages of exactly the runs counted, never the JSON browser: its 2 detections, its 2 false alarms.
+    detected = client.get(caught).content.decode()
+    assert "Detected buggy runs of traincheck" in detected
+    assert [(row["Variant"], row["Detected"].startswith("at step")) for row in table(detected, "runs")] == [
+        ("buggy", True), ("buggy", True)]
+    alarmed = client.get(fp_rate).content.decode()
+    assert "Clean (fixed) runs with a false alarm of traincheck" in alarmed
+    assert [row["Variant"] for row in table(alarmed, "runs")] == ["fixed", "fixed"]
     assert client.get(latency).status_code == 200
 
 
@@ -175,10 +179,11 @@ def test_a_stored_evaluation_is_ranked_from_its_stored_tables(client, evaluation
     assert rows["traincheck"]["Detected runs, no fixed twin"] == "not split"
     assert rows["traincheck"]["Overhead vs plain"] == "×1.1391 step · ×5.7526 end to end"
     assert rows["grad_health"]["Median latency"] == "2 steps · 0.25 s"
-    overhead_runs = client.get(hrefs(page, "traincheck")[-1]).json()
-    assert [r["campaign"] for r in overhead_runs["results"]] == [evaluation.overhead_campaign_id]
-    buggy = client.get(hrefs(page, "traincheck")[1]).json()
-    assert len(buggy["results"]) == 1 and buggy["results"][0]["campaign"] == evaluation.campaign_id
+    overhead_runs = client.get(hrefs(page, "traincheck")[-1]).content.decode()
+    assert f'campaign <a href="/campaigns/{evaluation.overhead_campaign_id}/">' in overhead_runs
+    assert [row["Bug"] for row in table(overhead_runs, "runs")] == ["pipeline/clean-mlp"]
+    buggy = client.get(hrefs(page, "traincheck")[1]).content.decode()  # the runs of the evaluation's campaign
+    assert f'evaluation <a href="{evaluation.get_absolute_url()}">#{evaluation.pk}</a>' in buggy
 
 
 def test_the_catalog_shows_the_top_of_the_stored_leaderboard(client, evaluation):

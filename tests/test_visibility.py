@@ -165,6 +165,8 @@ CASES = [
     Case("runners:campaign_retry", {"pk": "hidden_campaign"}, expect(403, 403, 403, 302), method="post"),
     # --- results ---
     Case("evaluation:results", {}, PUBLIC),
+    Case("evaluation:runs", {}, PUBLIC, query="campaign={public_campaign}"),
+    Case("evaluation:runs", {}, expect(404, 404, 404, 200), query="campaign={hidden_campaign}"),
     Case("evaluation:results", {}, PUBLIC, query="campaign={public_campaign}"),
     Case("evaluation:results", {}, expect(404, 404, 404, 200), query="campaign={hidden_campaign}"),
     Case("evaluation:export", {"table": "detection", "fmt": "csv"}, PUBLIC),

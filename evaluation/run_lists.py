@@ -1,0 +1,74 @@
+"""The runs behind a number, as a page (/results/runs/): a selection's succeeded runs narrowed to one detector,
+variant, bug and verdict, exactly those a leaderboard or results count counts: ``detected`` (buggy runs with an
+alarm at or after the trigger, in time), ``missed`` (buggy runs without one) or ``false-alarm`` (runs with an alarm
+that cannot be a detection: before the trigger, or any on a clean run). Judged as every table judges
+(evaluation.tables.judged_runs), so a count and its list agree."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.enums import Variant
+from runners.models import Run, RunStatus, runs_for_listing
+from runners.selectors import visible_runs
+
+from .leaderboard import selection_query
+from .results import Results
+from .tables import judged_runs
+
+VERDICTS = {
+    "detected": ("detected", lambda row, verdict: row["variant"] == Variant.BUGGY and verdict.detected),
+    "missed": ("missed", lambda row, verdict: row["variant"] == Variant.BUGGY and not verdict.detected),
+    "false-alarm": ("with a false alarm", lambda row, verdict: verdict.false_alarms > 0),
+}
+NARROWING = ("detector", "variant", "bug", "verdict")  # the query parameters besides the selection
+
+
+class InvalidRunList(ValueError):
+    """A query that names no variant or verdict this page knows."""
+
+
+@dataclass
+class RunList:
+    runs: Any  # the matching runs, for listing, oldest first
+    results: Results  # the selection (a stored evaluation, a campaign, or every run)
+    narrowed: dict  # {parameter: value} of NARROWING that the query set
+
+    @property
+    def described(self):
+        """The runs in words, e.g. "detected buggy runs of nan_inf on PT-115607"."""
+        verdict = VERDICTS[self.narrowed["verdict"]][0] if "verdict" in self.narrowed else ""
+        variant = {"buggy": "buggy", "fixed": "clean (fixed)"}.get(self.narrowed.get("variant", ""), "")
+        words = " ".join(part for part in (verdict if verdict != "with a false alarm" else "", variant, "runs") if part)
+        if verdict == "with a false alarm":
+            words += " with a false alarm"
+        for name, prefix in (("detector", "of"), ("bug", "on")):
+            if name in self.narrowed:
+                words += f" {prefix} {self.narrowed[name]}"
+        return words
+
+
+def run_list(query, user):
+    """The runs ``query`` names, as ``user`` may see them (NotFound for a selection that does not exist,
+    InvalidRunList for an unknown variant or verdict)."""
+    narrowed = {name: query[name] for name in NARROWING if query.get(name)}
+    if narrowed.get("variant") not in (None, *Variant.values):
+        raise InvalidRunList(f"variant is one of {', '.join(Variant.values)}")
+    if narrowed.get("verdict") not in (None, *VERDICTS):
+        raise InvalidRunList(f"verdict is one of {', '.join(VERDICTS)}")
+    results = Results(selection_query(query), user)
+    campaign = results.evaluation.campaign_id if results.evaluation else results.campaign_id
+    runs = visible_runs(user, Run.objects.filter(status=RunStatus.SUCCEEDED))
+    if campaign is not None:
+        runs = runs.filter(campaign=campaign)
+    if "detector" in narrowed:
+        runs = runs.filter(detector__name=narrowed["detector"])
+    if "bug" in narrowed:
+        runs = runs.filter(reproducer_version__reproducer__bug__bug_id=narrowed["bug"])
+    if "verdict" in narrowed or "variant" in narrowed:
+        matches = VERDICTS[narrowed["verdict"]][1] if "verdict" in narrowed else (lambda row, verdict: True)
+        # judged as the tables judge: a clean pipeline presented as buggy (a canary) is a clean run
+        ids = [row["id"] for row, verdict, _ in judged_runs(runs)
+               if narrowed.get("variant", row["variant"]) == row["variant"] and matches(row, verdict)]
+        runs = runs.filter(pk__in=ids)
+    return RunList(runs_for_listing(runs).order_by("id"), results, narrowed)
