@@ -6,6 +6,7 @@ from .detector_versions import views as detector_views
 app_name = "runners"
 urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run"),
+    path("runs/<int:pk>/record.json", views.run_record, name="run_record"),
     path("campaigns/", views.campaign_list, name="campaigns"),
     path("workers/", views.workers, name="workers"),
     path("campaigns/new/", views.campaign_new, name="campaign_new"),

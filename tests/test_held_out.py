@@ -183,6 +183,8 @@ SURFACES = [
     Surface("runners:run", {"pk": "held_buggy_run"}, MAINTAINERS_ONLY, maintainer_sees=ID),
     Surface("runners:run", {"pk": "held_failed_run"}, MAINTAINERS_ONLY, maintainer_sees=ID),
     Surface("runners:run", {"pk": "public_buggy_run"}),
+    Surface("runners:run_record", {"pk": "held_buggy_run"}, MAINTAINERS_ONLY, maintainer_sees=ID),
+    Surface("runners:run_record", {"pk": "public_buggy_run"}),
     Surface("runners:campaigns"),
     Surface("runners:campaign", {"pk": "mixed"}, maintainer_sees=ID),
     Surface("runners:campaign", {"pk": "mixed"}, query="status=failed", maintainer_sees=ID),

@@ -153,6 +153,8 @@ CASES = [
     # --- runs and campaigns ---
     Case("runners:run", {"pk": "public_run"}, PUBLIC),
     Case("runners:run", {"pk": "hidden_run"}, HIDDEN),
+    Case("runners:run_record", {"pk": "public_run"}, PUBLIC),
+    Case("runners:run_record", {"pk": "hidden_run"}, HIDDEN),
     Case("runners:campaigns", {}, PUBLIC),
     Case("runners:campaign", {"pk": "public_campaign"}, PUBLIC),
     Case("runners:campaign", {"pk": "hidden_campaign"}, HIDDEN),
