@@ -37,11 +37,16 @@ class Table:
     ``intervals`` maps a header to the (low, high) columns of ``paper`` it shows as one ``[low, high]`` cell, in
     the low column's place; ``align`` gives a column's LaTeX type where the default (numbers ``r``, text ``l``)
     does not fit, e.g. ``p{4cm}`` for prose; ``turned`` names the columns whose header reads upwards (narrow
-    columns with long names, as the detectors of the matrix)."""
+    columns with long names, as the detectors of the matrix). ``note`` is the long text (definitions, which runs),
+    printed in small type under the table so that the caption stays one or two lines; ``groups``, one label per row,
+    splits the rows into blocks, each under its label (the leaderboard's drop-in and opt-in detectors, each ranked
+    from 1)."""
 
     name: str
     frame: pd.DataFrame
     caption: str = ""
+    note: str = ""
+    groups: list | None = None
     paper: pd.DataFrame | None = None
     intervals: dict = field(default_factory=dict)
     align: dict = field(default_factory=dict)
@@ -211,7 +216,9 @@ def _latex(table):
     size = r"\footnotesize\setlength{\tabcolsep}{2.5pt}" if len(columns) > WIDE_COLUMNS else r"\small"
     preamble = "".join(align for _, align, _ in columns)
     header = [r"\toprule", " & ".join(head(header) for header, _, _ in columns) + r" \\", r"\midrule"]
-    rows = [" & ".join(row) + r" \\" for row in zip(*(cells for _, _, cells in columns))]
+    rows = _blocks([" & ".join(row) + r" \\" for row in zip(*(cells for _, _, cells in columns))], table.groups,
+                   len(columns))
+    note = [rf"\par\smallskip{{\footnotesize\emph{{Note.}} {latex_escape(table.note)}\par}}"] if table.note else []
     first = f"% SilentBench {table.name}. Preamble: \\usepackage{{{packages}}}"
     if long:
         lines = [
@@ -219,14 +226,30 @@ def _latex(table):
             r"\begingroup", size, r"\setlength{\LTcapwidth}{\textwidth}",
             rf"\begin{{longtable}}{{{preamble}}}", caption + label + r" \\", *header, r"\endfirsthead",
             rf"\multicolumn{{{len(columns)}}}{{l}}{{\tablename~\thetable{{}} (continued)}} \\", *header, r"\endhead",
-            r"\bottomrule", r"\endfoot", *rows, r"\end{longtable}", r"\endgroup",
+            r"\bottomrule", r"\endfoot", *rows, r"\end{longtable}", *note, r"\endgroup",
         ]
     else:
         lines = [
             first, r"\begin{table*}[tbp]", r"\centering", caption, label, size,
-            rf"\begin{{tabular}}{{{preamble}}}", *header, *rows, r"\bottomrule", r"\end{tabular}", r"\end{table*}",
+            rf"\begin{{tabular}}{{{preamble}}}", *header, *rows, r"\bottomrule", r"\end{tabular}", *note,
+            r"\end{table*}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _blocks(rows, groups, width):
+    """``rows`` with, where ``groups`` (a label per row) changes, a rule and the new label across the table."""
+    if not groups:
+        return rows
+    lines, previous = [], None
+    for row, group in zip(rows, groups, strict=True):
+        if group != previous:
+            if previous is not None:
+                lines.append(r"\midrule")
+            lines.append(rf"\multicolumn{{{width}}}{{l}}{{\emph{{{latex_escape(group)}}}}} \\")
+            previous = group
+        lines.append(row)
+    return lines
 
 
 # --- Downloads ---

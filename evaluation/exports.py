@@ -5,7 +5,9 @@ runs are behind it: the evaluation or campaign, the seeds and the environment.""
 import pandas as pd
 
 from core.exports import Table
+from runners.detectors.base import DROP_IN
 
+from .citation import caption_citation
 from .leaderboard import SELECTION, build_leaderboard
 from .results import TABLES, Results
 from .tables import cell_text, matrix
@@ -57,6 +59,22 @@ ABOUT = {
                  "run), or, for a bug whose verdict expects nothing, with other seeds of the same reproducer, variant "
                  "and detector; the seeds of that group that manifested.",
 }
+# The caption's first words: what the table is, in one line (the definitions go in the note under it, ABOUT).
+CAPTIONS = {
+    "detection": "Detection per bug, reproducer and detector.",
+    "false-positives": "False positives per detector on clean runs.",
+    "latency": "Detection latency per detector.",
+    "overhead": "Overhead per detector.",
+    "matrix": "Detection matrix: buggy runs detected / buggy runs, per bug and detector.",
+    "leaderboard": "Detectors ranked by the bugs they caught beyond the fixed twin.",
+    "flakiness": "Runs that disagree with the verification verdict of their bug.",
+}
+# The leaderboard's blocks in LaTeX, as on the page: every detector that is not drop-in (opt-in, or no longer
+# registered) is ranked apart, below (evaluation.leaderboard.grouped).
+LEADERBOARD_GROUPS = {"drop-in": "Drop-in detectors (they observe the unmodified program)",
+                      "apart": "Ranked apart: opt-in detectors (the reproducer computes their reference) and any no "
+                               "longer registered",
+                      "baseline": "Baseline: plain, no detector (not ranked)"}
 HEADERS = {
     "detection": {
         "bug": "bug", "reproducer": "reproducer", "detector": "detector", "buggy_runs": "buggy runs",
@@ -102,14 +120,15 @@ def results_export(name, query, user=None):
         raise InvalidFilter(results.errors.as_text())
     runs = runs_described(results)
     if name == "matrix":
-        return matrix_export(results.table("detection"), runs)
+        return matrix_export(results.table("detection"), f"{CAPTIONS['matrix']} {source_of(results)}", runs)
     frame = results.table(name)
     # the paper's page has no room for the integration column (the leaderboard's groups say it) nor, in the detection
     # table, for the runs without a fixed twin (the matrix's "(no fixed twin)" and the leaderboard count them)
     paper = (flakiness_paper(frame) if name == "flakiness"
              else frame.drop(columns=["integration", "detected_without_fixed_twin_runs"], errors="ignore")
              .rename(columns=HEADERS[name]))
-    return Table(name, frame, caption=f"{ABOUT[name]} {runs}", paper=paper, **LAYOUTS.get(name, {}))
+    return Table(name, frame, caption=f"{CAPTIONS[name]} {source_of(results)}", note=f"{ABOUT[name]} {runs}",
+                 paper=paper, **LAYOUTS.get(name, {}))
 
 
 def flakiness_paper(frame):
@@ -129,12 +148,12 @@ def _yes_no(value):
     return "--" if value is None else "yes" if value else "no"
 
 
-def matrix_export(detection, runs):
+def matrix_export(detection, caption, runs):
     """The results page's matrix: a row per bug and reproducer, a column per detector, ``cell_text`` in each cell."""
     detectors, rows = matrix(detection)
     frame = pd.DataFrame([[row["bug"], row["reproducer"], *(cell and cell_text(cell) for cell in row["cells"])]
                           for row in rows], columns=["bug", "reproducer", *detectors], dtype=object)
-    return Table("matrix", frame, caption=f"{ABOUT['matrix']} {runs}", paper=frame,
+    return Table("matrix", frame, caption=caption, note=f"{ABOUT['matrix']} {runs}", paper=frame,
                  align=dict.fromkeys(detectors, "c"), turned=("reproducer", *detectors))
 
 
@@ -177,11 +196,24 @@ def leaderboard_export(board):
         "fp_ci_high": frame["fp_ci_high"], "per-check FP": frame["per_check_fp_rate"],
         "latency (steps)": frame["median_latency_steps"], "step-time ratio": frame["median_step_time_ratio"],
     })
-    return Table("leaderboard", frame, paper=paper, intervals=WILSON,
+    groups = [LEADERBOARD_GROUPS["baseline" if rank == "baseline" else "drop-in" if integration == DROP_IN else "apart"]
+              for rank, integration in zip(frame["rank"], frame["integration"])]
+    return Table("leaderboard", frame, paper=paper.drop(columns=["integration"]), intervals=WILSON, groups=groups,
                  align={"rank": "r", "beyond fixed": "r", "caught": "r", "same rule on fixed": "r",
                         "no fixed twin": "r"},
-                 caption=" ".join([ABOUT["leaderboard"], *(["plain runs without a detector: the baseline, not ranked."]
-                                                           if shown else []), runs_described(board.results)]))
+                 caption=f"{CAPTIONS['leaderboard']} {source_of(board.results)}",
+                 note=" ".join([ABOUT["leaderboard"], *(["plain runs without a detector: the baseline, not ranked."]
+                                                        if shown else []), runs_described(board.results)]))
+
+
+def source_of(results):
+    """The caption's second line: the evaluation cited (ID, date, commit, environment, tables digest), or that the
+    numbers are live."""
+    if results.evaluation is not None:
+        return caption_citation(results.evaluation) + "."
+    if results.campaign_id is not None:
+        return f"Live tables of SilentBench campaign #{results.campaign_id}, not a stored evaluation."
+    return "Live numbers over every SilentBench run: no evaluation is stored, not a result to cite."
 
 
 def runs_described(results):

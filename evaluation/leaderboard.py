@@ -81,6 +81,20 @@ class Leaderboard:
         """How many runs the selection holds, which seeds and which environments ran them."""
         return self.results.runs_summary()
 
+    @property
+    def folded(self):
+        """{column: why it is folded away}: the columns that say nothing on these rows (every value the same as
+        another column's, or missing), which the page leaves out and names."""
+        rows = [*self.ranked, *self.opt_in]
+        found = {}
+        if rows and all(row.caught == row.beyond_fixed for row in rows):
+            found["caught"] = "bugs caught (on every row the same as beyond the fixed twin)"
+        if rows and all(row.same_rule_as_fixed_runs == 0 and row.no_fixed_twin_runs == 0 for row in rows):
+            found["split"] = "the detected runs not beyond the fixed twin (none on any row)"
+        if all(row.false_positives.get("per_check_fp_rate") is None for row in [*rows, *filter(None, [self.baseline])]):
+            found["per_check"] = "the per-check FP rate (no detector here reports its rules)"
+        return found
+
 
 def selection_query(query):
     """The part of a query string that chooses the runs (``?evaluation=`` or ``?campaign=``)."""

@@ -76,10 +76,67 @@ CITATION = (
 )
 
 
+TASK = (
+    "SilentBench measures how well error detectors catch **silent training errors**: bugs where training runs to the "
+    "end and quietly computes the wrong thing. Each catalogued bug has a reproducer with a **buggy** and a **fixed** "
+    "variant and an oracle that says whether the symptom showed; every detector runs on both variants of every bug "
+    "over several seeds, and on clean reference pipelines.",
+    "A detector is ranked by the **bugs it catches beyond the fixed twin**: an alarm on the buggy run, at or after "
+    "the step where the fault becomes active, whose rule did not also fire on the fixed run of the same seed. It is "
+    "read beside its **false-positive rate** on clean runs, with a Wilson 95 % interval, its latency and its "
+    "overhead. Drop-in detectors, which need nothing from the program, are ranked among themselves; opt-in ones, "
+    "which the reproducer helps, apart.",
+)
+EXAMPLE_TRIGGER = 5
+# One bug, one detector, three seeds: (seed, the buggy run's alarms, its fixed twin's alarms), as (step, rule).
+EXAMPLE_RUNS = (
+    (0, ((7, "loss_spike"),), ()),
+    (1, ((6, "grad_norm"),), ((3, "grad_norm"),)),
+    (2, ((2, "loss_spike"),), ()),
+)
+
+
+def worked_example():
+    """The terms on three runs, judged by the functions that judge every run (so the example cannot drift)."""
+    def alarms(points):
+        return [metrics.AlarmPoint(step, rule=rule) for step, rule in points]
+
+    def shown(points):
+        return ", ".join(f"`{rule}` at step {step}" for step, rule in points) or "none"
+
+    rows, detected, beyond, clean_alarmed = [], 0, 0, 0
+    for seed, buggy, fixed in EXAMPLE_RUNS:
+        verdict = metrics.judge_run(Variant.BUGGY, EXAMPLE_TRIGGER, None, alarms(buggy))
+        clean = metrics.judge_run(Variant.FIXED, EXAMPLE_TRIGGER, None, alarms(fixed))
+        beyond_fixed = metrics.detected_beyond_clean(EXAMPLE_TRIGGER, alarms(buggy), {rule for _, rule in fixed})
+        detected, beyond = detected + verdict.detected, beyond + beyond_fixed
+        clean_alarmed += clean.any_false_alarm
+        outcome = ("detected" if verdict.detected else "missed") + (
+            f", {verdict.false_alarms} false alarm before the trigger" if verdict.false_alarms else "")
+        rows.append(f"| {seed} | {shown(buggy)} | {shown(fixed)} | {outcome} | {'yes' if beyond_fixed else 'no'} |")
+    low, high = metrics.wilson_interval(clean_alarmed, len(EXAMPLE_RUNS))
+    return (
+        f"A worked example: one bug whose fault becomes active at step {EXAMPLE_TRIGGER}, one detector, three seeds.",
+        "\n".join(["| seed | buggy run's alarms | fixed twin's alarms | buggy run | beyond the fixed twin |",
+                   "|---|---|---|---|---|", *rows]),
+        f"* **Detected**: {detected} of {len(EXAMPLE_RUNS)} buggy runs have an alarm at or after step "
+        f"{EXAMPLE_TRIGGER}; seed 2's alarm came before it, a false alarm, and the run is missed.\n"
+        f"* **Beyond the fixed twin**: {beyond} of them; at seed 1 the fixed run raised the same rule, so that "
+        "detection does not tell the bug from its fix. The bug counts as caught beyond the fixed twin (one seed "
+        "suffices), and as caught.\n"
+        f"* **False-positive rate**: {clean_alarmed} of {len(EXAMPLE_RUNS)} clean (fixed) runs alarmed: "
+        f"{clean_alarmed / len(EXAMPLE_RUNS):.2f}, Wilson 95 % interval [{low:.3f}, {high:.3f}]. Three runs say "
+        "little: the interval spans most of the range.",
+    )
+
+
 def sections():
     """The methodology's sections, in reading order."""
     wilson_z = inspect.signature(metrics.wilson_interval).parameters["z"].default
     return (
+        Section("task", "What SilentBench measures", TASK, ("evaluation/leaderboard.py", "evaluation/metrics.py")),
+        Section("terms", "The terms on a worked example", worked_example(),
+                ("evaluation/metrics.py: judge_run, detected_beyond_clean, wilson_interval",)),
         Section("lifecycle", "Bugs and their lifecycle", (
             *term("Bug", Bug),
             "\n".join(f"* **{status.label}**: {STATUS_MEANING[status]}" for status in BugStatus),

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from bugs.models import Bug, BugStatus
 from evaluation.actions import run_tables
-from evaluation.exports import ABOUT, EXPORT_TABLES
+from evaluation.exports import ABOUT, CAPTIONS, EXPORT_TABLES
 from runners.models import Run
 
 from .factories import BugFactory, CampaignFactory, EnvironmentFactory, EvaluationFactory
@@ -95,11 +95,17 @@ def test_every_latex_export_compiles_and_shows_its_caption_and_cells(name, clien
     assert pages == 1
     assert f"tab:silentbench-{name}" in latex and r"\caption{" in latex and r"\toprule" in latex
     assert "TEST-A" in text or "param not updated" in text
-    what = "The SilentBench catalog" if name == "catalog" else ABOUT[name][:40]
+    what = "The SilentBench catalog" if name == "catalog" else CAPTIONS[name]
     assert f"Table 1: {what}" in text
     if name != "catalog":
-        assert f"Runs: SilentBench evaluation #{evaluation.pk} of" in text
-        assert "seeds 0, 1; torch 2.13.0+cpu, traincheck 0.2.0." in text
+        # a short caption naming the evaluation cited, the definitions and the runs in the note under the table
+        caption = latex.split(r"\caption{", 1)[1].split(r"\label", 1)[0]
+        assert len(caption) < 300 and f"SilentBench evaluation \\#{evaluation.pk} (not published)" in caption
+        assert f"tables digest {evaluation.tables_digest[:8]}" in caption
+        note = " ".join(text.split("Note.", 1)[1].split())
+        assert note.startswith(" ".join(ABOUT[name][:40].split())) or name == "leaderboard"
+        assert f"Runs: SilentBench evaluation #{evaluation.pk} of" in note
+        assert "seeds 0, 1; torch 2.13.0+cpu, traincheck 0.2.0." in note
 
 
 def test_the_paper_layout(client, evaluation):
@@ -118,9 +124,11 @@ def test_the_paper_layout(client, evaluation):
         ("TEST-A", "cpu", "0/1"), ("TEST-B", "cpu", None), ("TEST-B", "cuda", None)]
     board = client.get("/results/leaderboard.tex").content.decode()
     # seed 1 of TEST-A and TEST-B's cuda detection have no fixed run to tell them from: no fixed twin, not =fixed
-    assert "1 & param\\_not\\_updated & drop-in & 1/2 & 2/2 & 0/3 & 2/3 & 0.5 & [0.095, 0.905] & -- & 2 & 1.0165 \\\\" \
-        in board
-    assert "baseline & plain & drop-in & 0/1 & 0/1 & -- & -- & 0.0 & [0.000, 0.793] & -- & -- & -- \\\\" in board
+    assert "1 & param\\_not\\_updated & 1/2 & 2/2 & 0/3 & 2/3 & 0.5 & [0.095, 0.905] & -- & 2 & 1.0165 \\\\" in board
+    assert "baseline & plain & 0/1 & 0/1 & -- & -- & 0.0 & [0.000, 0.793] & -- & -- & -- \\\\" in board
+    # drop-in detectors and the baseline in blocks of their own, each under its label
+    drop_in, baseline = (board.index(r"\emph{Drop-in detectors"), board.index(r"\emph{Baseline: plain"))
+    assert drop_in < board.index("param\\_not\\_updated &") < baseline < board.index("baseline & plain")
     assert [(row["rank"], row["detector"], row["beyond_fixed"], row["bugs"])
             for row in client.get("/results/leaderboard.json").json()] == [
         (1, "param_not_updated", 1, 2), ("baseline", "plain", 0, 1)]

@@ -111,7 +111,11 @@ def test_the_leaderboard_export_labels_and_orders_the_groups(client, opt_in_catc
     assert [(r["rank"], r["detector"], r["integration"]) for r in rows] == [
         ("1", "grad_health", "drop-in"), ("2", "traincheck", "drop-in"), ("1", "differential", "opt-in")]
     latex = client.get("/results/leaderboard.tex").content.decode()
-    assert "ranked apart" in latex and "integration" in latex
+    # two blocks, each ranked from 1 under its label: two rows of rank 1 read as what they are
+    drop_in = latex.index(r"\emph{Drop-in detectors (they observe the unmodified program)}")
+    opt_in = latex.index(r"\emph{Ranked apart: opt-in detectors (the reproducer computes their reference) and any no "
+                         "longer registered}")
+    assert drop_in < latex.index("1 & grad\\_health") < opt_in < latex.index("1 & differential")
 
 
 def test_the_results_page_and_its_tables_carry_the_label(client, opt_in_catches_more):
