@@ -265,12 +265,16 @@ def cell_text(cell):
     """A detection matrix cell in words, the same in every table and plot: detected buggy runs / buggy runs,
     "(=fixed)" when no detection is beyond the fixed twin and every qualifying alarm also fired on the fixed twin of a
     detected run, "(no fixed twin)" when no detection is beyond it because no detected run's fixed twin succeeded
-    (the detection cannot be told from the fix either way), "FA" when the detector raised a false alarm on this bug
+    (the detection cannot be told from the fix either way), "(k beyond fixed)" when only k of the detections are,
+    "FA" when the detector raised a false alarm on this bug
     (before the trigger step, or on the fixed variant)."""
     text = f"{cell['detected_runs']}/{cell['buggy_runs']}"
-    if cell["detected_runs"] and not cell.get("detected_beyond_fixed_runs"):
+    beyond = cell.get("detected_beyond_fixed_runs")
+    if cell["detected_runs"] and not beyond:
         text += " (no fixed twin)" if cell.get("detected_without_fixed_twin_runs") == cell["detected_runs"] else (
             " (=fixed)")
+    elif beyond is not None and beyond < cell["detected_runs"]:
+        text += f" ({beyond} beyond fixed)"  # "3/3 FA" read as three detections where one told the bug from its fix
     if (cell.get("fixed_runs_with_alarm") or 0) + (cell.get("pre_trigger_false_alarm_runs") or 0):
         text += " FA"
     return text

@@ -133,6 +133,7 @@ class BugDetections:
     evaluation: Evaluation | None = None
     campaign: Campaign | None = None
     runs: int = 0
+    baseline_runs: int = 0  # with no rows: its succeeded runs without a detector (its verification's), if any
 
     @property
     def caught_by(self):
@@ -162,7 +163,7 @@ def bug_detections(bug, user):
     campaign = (visible_campaigns(user).filter(pk__in=runs.exclude(detector__name=BASELINE).values("campaign"))
                 .order_by("-created_at", "-id").first())
     if campaign is None:
-        return BugDetections(rows=[])
+        return BugDetections(rows=[], baseline_runs=runs.count())
     rows, judged = cached(_judged_key(bug, runs.filter(campaign=campaign)), lambda: _detection_rows(
         judged_runs(runs.filter(campaign=campaign))))
     return BugDetections(rows=[row for row in rows if row["reproducer"] in reproducers], campaign=campaign,

@@ -77,7 +77,7 @@ def test_the_matrix_and_the_leaderboard_download_as_on_screen(client):
     query = {"campaign": campaign.pk}
     rows = list(csv.DictReader(io.StringIO(client.get("/results/matrix.csv", query).content.decode())))
     assert [(r["bug"], r["reproducer"], r["param_not_updated"], r["plain"]) for r in rows] == [
-        ("TEST-A", "cpu", "2/2", "0/1"), ("TEST-B", "cpu", "0/1 FA", ""),
+        ("TEST-A", "cpu", "2/2 (1 beyond fixed)", "0/1"), ("TEST-B", "cpu", "0/1 FA", ""),
         ("TEST-B", "cuda", "1/1 (no fixed twin)", "")]  # the cuda reproducer has no fixed run
     board = client.get("/results/leaderboard.json", query).json()
     assert [(r["rank"], r["detector"], r["beyond_fixed"], r["caught"], r["bugs"]) for r in board] == [

@@ -7,6 +7,7 @@ import pytest
 from django.utils.html import strip_tags
 
 from evaluation.metrics import AlarmPoint, judge_run
+from evaluation.tables import cell_text
 from evaluation.verdicts import table_verdicts
 from runners.actions.detectors import do_record_detector
 from runners.models import Run
@@ -107,7 +108,7 @@ def test_bug_and_campaign_run_tables_show_alarms_and_detection(client, version):
         "failed": make_run(version, alarm_steps=[3], status="failed", campaign=campaign, seed=2),
     }
     expected = {"detected": ("2 1 false", "at step 4"), "missed": ("1 1 false", "missed"),
-                "clean": ("2 2 false", "clean run"), "plain": ("0", "no detector"), "failed": ("–", "–")}
+                "clean": ("2 2 false", "clean run, false alarm"), "plain": ("0", "no detector"), "failed": ("–", "–")}
     for url in (f"/bugs/{version.reproducer.bug.bug_id}/", f"/campaigns/{campaign.pk}/"):
         rows = run_rows(client, url)
         for name, (alarms, detected) in expected.items():
@@ -216,3 +217,21 @@ def test_a_record_table_is_bounded_in_cells_and_text():
     assert len(html) < 2_000_000
     small = str(record_table({"ratio": 0.5, "steps": [1, 2, 3]}))
     assert "ratio" in small and "1, 2, 3" in small and "more" not in small
+
+
+def test_a_bug_verified_but_never_run_under_a_detector_says_so(client):
+    version = ReproducerVersionFactory()
+    for variant in ("buggy", "fixed"):
+        for seed in range(3):
+            RunFactory(reproducer_version=version, variant=variant, seed=seed, status="succeeded",
+                       campaign=CampaignFactory(purpose="verification"))
+    said = " ".join(re.search(r'<p class="muted" id="caught-by">(.*?)</p>', client.get(
+        f"/bugs/{version.reproducer.bug.bug_id}/").content.decode(), re.S).group(1).split())
+    assert said.startswith("6 succeeded runs of this bug, all without a detector") and "No succeeded run" not in said
+
+
+def test_a_matrix_cell_says_how_many_detections_tell_the_bug_from_its_fix():
+    cell = {"detected_runs": 3, "buggy_runs": 3, "detected_beyond_fixed_runs": 1, "fixed_runs_with_alarm": 2,
+            "pre_trigger_false_alarm_runs": 0}
+    assert cell_text(cell) == "3/3 (1 beyond fixed) FA"
+    assert cell_text({**cell, "detected_beyond_fixed_runs": 3}) == "3/3 FA"
