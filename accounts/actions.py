@@ -6,12 +6,14 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, cast
 
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from core import audit
 from core.enums import AuditAction
+from core.roles import CONTRIBUTOR, MAINTAINER, MAINTAINERS_GROUP, role_of
 
 from .models import ApiToken
 
@@ -54,3 +56,21 @@ def do_revoke_api_tokens_of(user: User, *, acting_user: User | None) -> int:
             audit.record(acting_user, AuditAction.REVOKE_API_TOKENS, user,
                          f"revoked {len(revoked)} API token(s) of {user.get_username()}", tokens=revoked)
     return len(revoked)
+
+
+@transaction.atomic
+def do_set_role(user: User, role: str, *, acting_user: User | None) -> str:
+    """Make ``user`` a maintainer (a member of the Maintainers group) or a contributor (not a member); the role
+    they then hold (core.roles.role_of: a superuser stays a maintainer, staff stays staff)."""
+    if role not in (CONTRIBUTOR, MAINTAINER):
+        raise ValidationError(f"A role is {CONTRIBUTOR} or {MAINTAINER}, not {role!r}.")
+    group = Group.objects.get(name=MAINTAINERS_GROUP)  # made by migrate
+    before = role_of(user)
+    if role == MAINTAINER:
+        user.groups.add(group)
+    else:
+        user.groups.remove(group)
+    user = type(user).objects.get(pk=user.pk)  # permissions are cached on the instance
+    audit.record(acting_user, AuditAction.SET_ROLE, user, f"{user.get_username()}: {before} -> {role_of(user)}",
+                 asked=role)
+    return role_of(user)

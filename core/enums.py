@@ -42,3 +42,4 @@ class AuditAction(models.TextChoices):
     FINISH = "finish", "finished"
     FAIL = "fail", "failed"
     REVOKE_API_TOKENS = "revoke-api-tokens", "revoked API tokens"
+    SET_ROLE = "set-role", "set the role"

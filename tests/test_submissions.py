@@ -206,6 +206,7 @@ def test_approval_starts_verification_and_completion_records_stability(client, s
     client.force_login(submitted.submitted_by)
     mine = client.get("/submissions/mine/").content.decode()
     assert "Verified" in mine and f"/campaigns/{campaign.pk}/" in mine
+    assert "buggy 3/3, fixed 0/3" in mine  # the verdict's figures, as the docs promise, not just "finished"
 
 
 def test_a_version_is_reviewed_once():

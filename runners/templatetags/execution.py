@@ -92,10 +92,15 @@ def attach_stability(context, bugs):
 
 @register.simple_tag
 def attach_verifications(versions):
-    """Set ``version.verification`` to the latest verification campaign that ran each version (or None)."""
+    """Set ``version.verification`` to the latest verification campaign that ran each version (or None), and
+    ``version.stability`` to its latest stability check (the verdict's figures), or None."""
     latest = dict(Run.objects.filter(reproducer_version__in=versions, campaign__purpose=CampaignPurpose.VERIFICATION)
                   .values_list("reproducer_version_id").annotate(campaign=Max("campaign_id")))
     campaigns = Campaign.objects.in_bulk(latest.values())
+    checks = {}
+    for check in StabilityCheck.objects.filter(reproducer_version__in=versions).order_by("checked_at", "id"):
+        checks[check.reproducer_version_id] = check  # the newest wins
     for version in versions:
         version.verification = campaigns.get(latest.get(version.pk))
+        version.stability = checks.get(version.pk)
     return ""
