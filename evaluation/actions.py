@@ -14,9 +14,10 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from bugs.models import Reproducer, ReproducerVersion
+from bugs.actions import do_set_verification_verdict
+from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
 from core import audit
-from core.enums import AuditAction, ReviewState, Variant
+from core.enums import AuditAction, ReviewState, Variant, VerificationVerdict
 from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
     BisectionResult,
@@ -67,8 +68,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
     from django.db.models import QuerySet
     from pandas import DataFrame
-
-    from bugs.models import Bug
 
 logger = logging.getLogger(__name__)
 
@@ -162,10 +161,12 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
         alarms.extend(Alarm(run=run, **dict(zip(ALARM_FIELDS, values, strict=True))) for values in entry["alarms"])
     Run.objects.bulk_update(runs, ["queued_at"], batch_size=500)
     Alarm.objects.bulk_create(alarms, batch_size=2000)
+    checks = []
     for check in snapshot["stability"]:
         fields = {name: value for name, value in check.items() if name != "reproducer_version"}
-        _with_times(StabilityCheck.objects.create(reproducer_version=versions[check["reproducer_version"]], **fields),
-                    fields, "checked_at")
+        checks.append(_with_times(StabilityCheck.objects.create(
+            reproducer_version=versions[check["reproducer_version"]], **fields), fields, "checked_at"))
+    _verdicts_from(checks, published_id, acting_user)
     stored = snapshot["evaluation"]
     evaluation = Evaluation.objects.create(
         campaign=campaigns["evaluation"], overhead_campaign=campaigns.get("overhead"),
@@ -177,6 +178,25 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
     audit.record(acting_user, AuditAction.LOAD, evaluation,
                  f"loaded published evaluation {published_id}: {len(runs)} runs, {len(alarms)} alarms")
     return evaluation, True
+
+
+def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user: User | None) -> None:
+    """Give each bug that was never verified in this database the verdict of the published stability checks of its
+    current reproducer versions (the worst among them, as a verification gives it); a bug verified here keeps its
+    own verdict, and a check of a version the catalog has replaced says nothing of the bug as it is now."""
+    severity = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY, VerificationVerdict.UNREPRODUCIBLE]
+    latest: dict[int, StabilityCheck] = {}
+    for check in sorted(checks, key=lambda check: check.checked_at):
+        latest[check.reproducer_version_id] = check
+    by_bug: dict[Bug, str] = {}
+    for check in latest.values():
+        reproducer = check.reproducer_version.reproducer
+        bug = reproducer.bug
+        if bug is None or bug.status != BugStatus.APPROVED or reproducer.latest_version() != check.reproducer_version:
+            continue
+        by_bug[bug] = max(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict, key=severity.index)
+    for bug, verdict in by_bug.items():
+        do_set_verification_verdict(bug, verdict, acting_user=acting_user)
 
 
 def _with_times(row: Any, fields: dict[str, Any], name: str) -> Any:

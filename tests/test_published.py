@@ -11,6 +11,7 @@ from evaluation.actions import do_load_published_evaluation, do_publish_evaluati
 from evaluation.models import Evaluation
 from evaluation.published import SnapshotError, published_snapshots, read_snapshot
 from runners.actions.detectors import do_record_detector
+from bugs.models import Bug
 from runners.models import Alarm, Campaign, Run, StabilityCheck
 
 from .factories import (
@@ -57,6 +58,8 @@ def test_a_published_evaluation_loads_back_as_the_same_evaluation(stored, tmp_pa
     assert {run.status: run.environment and run.environment.host for run in runs} == {
         "succeeded": "eval-host", "failed": None}
     assert StabilityCheck.objects.count() == 2
+    # never verified here: the bugs take the published verdict of their current versions
+    assert set(Bug.objects.filter(bug_id__in=["PUB-1", "PUB-2"]).values_list("status", flat=True)) == {"verified"}
 
     again, made = do_load_published_evaluation(read_snapshot(path), acting_user=None)
     assert not made and again.pk == loaded.pk and Run.objects.count() == runs.count()
@@ -109,6 +112,8 @@ def test_a_changed_reproducer_is_loaded_as_the_version_that_ran_not_as_the_lates
     restored = ran.reproducer.versions.get(content_hash=ran.content_hash)
     assert restored.created_at < newer.created_at and ran.reproducer.latest_version() == newer
     assert "published evaluation" in restored.review_note
+    # its verdict was the replaced version's: the bug, as it is now, is not said to be verified
+    assert ran.reproducer.bug.__class__.objects.get(pk=ran.reproducer.bug_id).status == "approved"
 
 
 @pytest.mark.parametrize("content, message", [
