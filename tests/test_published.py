@@ -2,6 +2,7 @@
 database as the same evaluation: the same tables (recomputed from the loaded runs), the same published ID, the
 original times, the stability checks; loading twice changes nothing, and a damaged snapshot loads nothing."""
 import gzip
+import io
 import json
 
 import pytest
@@ -144,3 +145,20 @@ def test_a_snapshot_edited_by_hand_is_a_clear_error_and_loads_nothing(stored, tm
 def test_the_snapshot_is_the_same_bytes_each_time(stored, tmp_path):
     first = do_publish_evaluation(stored, tmp_path / "a", acting_user=None).read_bytes()
     assert do_publish_evaluation(stored, tmp_path / "b", acting_user=None).read_bytes() == first
+
+
+def test_the_snapshots_that_ship_load_into_the_catalog_and_judge_to_their_own_tables():
+    """What a fresh install loads: every snapshot under evaluation/published/, on the catalog as it is now. Its
+    runs, judged again here, give the tables it stored (detection, false positives, latency), so the numbers a
+    newcomer reads are those of the runs they can open."""
+    shipped = published_snapshots()
+    assert shipped, "no published evaluation ships with the app (manage.py publish_evaluation writes one)"
+    call_command("load_catalog", stdout=io.StringIO())
+    for path in shipped:
+        snapshot = read_snapshot(path)
+        evaluation, made = do_load_published_evaluation(snapshot, acting_user=None)
+        assert made and evaluation.tables_digest == snapshot["evaluation"]["tables_digest"]
+        judged = run_tables(evaluation.campaign.runs.all())
+        for name in ("detection", "false_positives", "latency"):
+            assert judged[name] == evaluation.tables[name], name
+        assert evaluation.campaign.runs.count() == evaluation.parameters["runs"]
