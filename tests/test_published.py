@@ -8,11 +8,11 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
+from bugs.models import Bug
 from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, run_tables
 from evaluation.models import Evaluation
 from evaluation.published import SnapshotError, published_snapshots, read_snapshot
 from runners.actions.detectors import do_record_detector
-from bugs.models import Bug
 from runners.models import Alarm, Campaign, Run, StabilityCheck
 
 from .factories import (
