@@ -64,7 +64,7 @@ def test_a_cell_with_false_alarms_and_no_detection_has_a_colour_of_its_own(clien
     assert false_alarms["z"][bug_b][0] == 1 and rates["z"][bug_b][0] == 0.0  # TEST-B: 0/1, a false alarm, on top
     assert false_alarms["z"][bug_a][0] is None and rates["z"][bug_a][0] == 1.0  # TEST-A: detected
     assert "FA" in false_alarms["text"][bug_b][0] and rates["text"][bug_b][0] == ""  # its words drawn once
-    assert false_alarms["text"][bug_a][0] == "" and rates["text"][bug_a][0] == "2/2 (1 beyond fixed)"  # seed 1 has no fixed twin
+    assert false_alarms["text"][bug_a][0] == "" and rates["text"][bug_a][0] == "2/2 (1 beyond fixed)"
     assert "false alarms in" in false_alarms["customdata"][bug_b][0]
     assert false_alarms["showlegend"] is True and {colour for _, colour in false_alarms["colorscale"]} == {
         FALSE_ALARM_COLOUR}
