@@ -113,7 +113,11 @@ def render(evaluation):
     minutes = (evaluation.wall_seconds or 0) / 60
     parts = [
         "# SilentBench results\n",
-        f"Generated from evaluation #{evaluation.pk} of {timezone.localtime(evaluation.created_at):%Y-%m-%d %H:%M %Z} "
+        (f"Published evaluation **{evaluation.published_id}** (tables digest `{evaluation.tables_digest}`; its "
+         f"snapshot `evaluation/published/{evaluation.published_id}.json.gz` ships with the app and "
+         "`manage.py load_results` loads it). " if evaluation.published_id else "")
+        + f"Generated from evaluation #{evaluation.pk} of "
+        f"{timezone.localtime(evaluation.created_at):%Y-%m-%d %H:%M %Z} "
         f"by `{shown_command(parameters.get('command', 'manage.py evaluate'), None)}`; do not edit by hand. "
         f"Total wall time {minutes:.1f} min on {parameters.get('host', '?')}; "
         f"campaign #{evaluation.campaign_id}, overhead campaign #{evaluation.overhead_campaign_id}.\n",

@@ -18,6 +18,9 @@ def test_quickstart_runs_a_campaign_end_to_end_without_servers(tmp_path):
         cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "silentbench.sqlite3").exists()
+    # the published evaluation that ships is there before the campaign (the front door shows it from the start)
+    loaded = result.stdout.index("Published evaluation ")
+    assert ": loaded (evaluation #1" in result.stdout[loaded:] and loaded < result.stdout.index("Campaign #")
     assert "6/6 runs" in result.stdout  # 1 reproducer x 2 variants x 3 detectors, with a progress bar
     matrix = result.stdout.split("Detection matrix", 1)[1]
     row = next(line for line in matrix.splitlines() if line.startswith("PT-FORUM-84911"))
