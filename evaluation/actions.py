@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ from runners.models import (
     StabilityCheck,
 )
 from runners.plans import MAX_STEPS, CampaignPlan
-from runners.selectors import runnable_versions
+from runners.selectors import runnable_versions, visible_runs
 
 from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
 from .published import (
@@ -105,7 +106,11 @@ def do_store_evaluation(campaign: Campaign, overhead_campaign: Campaign | None, 
 
 @transaction.atomic
 def do_retabulate_evaluation(evaluation: Evaluation, *, acting_user: User | None) -> Evaluation:
-    """Recompute a stored evaluation's run tables from its runs (after retried runs finished)."""
+    """Recompute a stored evaluation's run tables from its runs (after retried runs finished). A published one is
+    refused: its ID names its tables, and copies of it are loaded elsewhere."""
+    if evaluation.published_id:
+        raise ValidationError(f"Evaluation #{evaluation.pk} is published as {evaluation.published_id}: its tables "
+                              "stay as published (evaluate again, and publish that).")
     runs = evaluation.campaign.runs.all()
     previous = evaluation.parameters.copy()
     evaluation.tables = {**evaluation.tables, **run_tables(runs)}
@@ -119,17 +124,32 @@ def do_retabulate_evaluation(evaluation: Evaluation, *, acting_user: User | None
 
 # --- Published evaluations (evaluation.published) ---
 
-@transaction.atomic
 def do_publish_evaluation(evaluation: Evaluation, directory: Path = PUBLISHED_DIR, *,
                           acting_user: User | None) -> Path:
     """Name ``evaluation`` by its published ID (once; publishing again rewrites the same snapshot) and write the
-    snapshot that ships with the app."""
-    if not evaluation.published_id:
-        evaluation.published_id, evaluation.published_at = published_id_for(evaluation), timezone.now()
-        evaluation.save(update_fields=["published_id", "published_at"])
-        audit.record(acting_user, AuditAction.PUBLISH, evaluation,
-                     f"published evaluation #{evaluation.pk} as {evaluation.published_id}")
-    return write_snapshot(snapshot_of(evaluation), snapshot_path(evaluation.published_id, directory))
+    snapshot that ships with the app. Refused (ValidationError) for an evaluation with runs the public may not see
+    (a held-out bug's, unreviewed code's: the snapshot is public, and a fresh install could not load them) and for
+    an ID another evaluation holds. The file is written before the name is stored, outside the transaction, so
+    that workers are not held up while it is."""
+    campaigns = [campaign for campaign in (evaluation.campaign, evaluation.overhead_campaign) if campaign]
+    for campaign in campaigns:
+        hidden = campaign.runs.count() - visible_runs(None, campaign.runs.all()).count()
+        if hidden:
+            raise ValidationError(f"Evaluation #{evaluation.pk} has {hidden} run(s) of code the public may not see "
+                                  "(held-out bugs or unreviewed reproducers): publishing would make them public.")
+    published_id = evaluation.published_id or published_id_for(evaluation)
+    if Evaluation.objects.filter(published_id=published_id).exclude(pk=evaluation.pk).exists():
+        raise ValidationError(f"Another evaluation is published as {published_id} (the same day, the same tables).")
+    first_time = not evaluation.published_id
+    if first_time:
+        evaluation.published_id, evaluation.published_at = published_id, timezone.now()
+    path = write_snapshot(snapshot_of(evaluation), snapshot_path(published_id, directory))
+    if first_time:
+        with transaction.atomic():
+            evaluation.save(update_fields=["published_id", "published_at"])
+            audit.record(acting_user, AuditAction.PUBLISH, evaluation,
+                         f"published evaluation #{evaluation.pk} as {published_id}")
+    return path
 
 
 @transaction.atomic
@@ -146,32 +166,35 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
     detectors = [_detector_from(entry, acting_user) for entry in snapshot["detectors"]]
     environments = [Environment.objects.get_or_create(fingerprint=entry["fingerprint"], defaults=entry)[0]
                     for entry in ({k: v for k, v in e.items() if k != "key"} for e in snapshot["environments"])]
-    campaigns = {role: _with_times(Campaign.objects.create(**fields), fields, "created_at")
+    campaigns = {role: _with_times(Campaign.objects.create(**_parsed(fields)), _parsed(fields), "created_at")
                  for role, fields in snapshot["campaigns"].items()}
     runs, alarms = [], []
     for entry in snapshot["runs"]:
-        fields = {name: entry[name] for name in RUN_FIELDS}
+        fields = _parsed({name: entry[name] for name in RUN_FIELDS})
         environment = entry["environment"]
         runs.append(Run(campaign=campaigns[entry["campaign"]], reproducer_version=versions[entry["reproducer_version"]],
                         detector=detectors[entry["detector"]],
                         environment=environments[environment] if environment is not None else None, **fields))
     Run.objects.bulk_create(runs, batch_size=500)
     for run, entry in zip(runs, snapshot["runs"]):
-        run.queued_at = entry["queued_at"]  # auto_now_add set it to now
+        run.queued_at = _parsed(entry)["queued_at"]  # auto_now_add set it to now
         alarms.extend(Alarm(run=run, **dict(zip(ALARM_FIELDS, values, strict=True))) for values in entry["alarms"])
     Run.objects.bulk_update(runs, ["queued_at"], batch_size=500)
     Alarm.objects.bulk_create(alarms, batch_size=2000)
     checks = []
-    for check in snapshot["stability"]:
-        fields = {name: value for name, value in check.items() if name != "reproducer_version"}
-        checks.append(_with_times(StabilityCheck.objects.create(
-            reproducer_version=versions[check["reproducer_version"]], **fields), fields, "checked_at"))
+    for check in snapshot["stability"]:  # one verification may ship in several snapshots: loaded once
+        fields = _parsed({name: value for name, value in check.items() if name != "reproducer_version"})
+        version = versions[check["reproducer_version"]]
+        found = StabilityCheck.objects.filter(reproducer_version=version, checked_at=fields["checked_at"],
+                                              verdict=fields["verdict"], seeds=fields["seeds"]).first()
+        checks.append(found or _with_times(StabilityCheck.objects.create(reproducer_version=version, **fields),
+                                           fields, "checked_at"))
     _verdicts_from(checks, published_id, acting_user)
     stored = snapshot["evaluation"]
     evaluation = Evaluation.objects.create(
         campaign=campaigns["evaluation"], overhead_campaign=campaigns.get("overhead"),
         parameters=stored["parameters"], tables=stored["tables"], wall_seconds=stored["wall_seconds"],
-        published_id=published_id, published_at=snapshot["published_at"])
+        published_id=published_id, published_at=_parsed(snapshot)["published_at"])
     if evaluation.tables_digest != stored["tables_digest"]:
         raise SnapshotError(f"{published_id}: its tables do not match their digest (changed after publishing?)")
     _with_times(evaluation, stored, "created_at")
@@ -199,13 +222,29 @@ def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user:
         do_set_verification_verdict(bug, verdict, acting_user=acting_user)
 
 
+TIME_FIELDS = ("created_at", "completed_at", "queued_at", "started_at", "finished_at", "checked_at", "published_at")
+
+
+def _parsed(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with their times (ISO 8601 in a snapshot) as datetimes."""
+    return {name: parse_datetime(value) if name in TIME_FIELDS and isinstance(value, str) else value
+            for name, value in fields.items()}
+
+
 def _with_times(row: Any, fields: dict[str, Any], name: str) -> Any:
-    """``row`` with its auto_now_add time ``name`` set back to the one in ``fields`` (ISO 8601 in a snapshot)."""
-    value = fields[name]
-    value = parse_datetime(value) if isinstance(value, str) else value
+    """``row`` with its auto_now_add time ``name`` set back to the one in ``fields``."""
+    value = _parsed(fields)[name]
     type(row).objects.filter(pk=row.pk).update(**{name: value})
     setattr(row, name, value)
     return row
+
+
+def _older_than_every(existing: Any, created_at: datetime) -> datetime:
+    """A loaded version's time: its own, unless that would make it newer than a version this database already has
+    of the same code (times of two databases do not compare), then just before the oldest of them: what ran for a
+    published evaluation never becomes the latest version here."""
+    oldest = existing.order_by("created_at").values_list("created_at", flat=True).first()
+    return min(created_at, oldest - timedelta(seconds=1)) if oldest is not None else created_at
 
 
 def _version_from(entry: dict[str, Any], published_id: str) -> ReproducerVersion:
@@ -217,7 +256,8 @@ def _version_from(entry: dict[str, Any], published_id: str) -> ReproducerVersion
         raise SnapshotError(f"{published_id}: this database has no reproducer {named}; run load_catalog first")
     version = reproducer.versions.filter(content_hash=entry["content_hash"]).first()
     if version is None:
-        fields = {name: entry[name] for name in VERSION_FIELDS}
+        fields = _parsed({name: entry[name] for name in VERSION_FIELDS})
+        fields["created_at"] = _older_than_every(reproducer.versions.all(), fields["created_at"])
         version = _with_times(ReproducerVersion.objects.create(
             reproducer=reproducer, review_state=ReviewState.APPROVED,
             review_note=f"the version that ran in published evaluation {published_id}", **fields), fields,
@@ -230,10 +270,13 @@ def _detector_from(entry: dict[str, Any], acting_user: User | None) -> Detector:
     code = entry["code"]
     version = None
     if code is not None:
+        code = _parsed(code)
         version, created = DetectorVersion.objects.get_or_create(
             name=code["name"], version=code["version"], code_hash=code["code_hash"],
             defaults={**code, "review_state": ReviewState.APPROVED})
         if created:
+            code["created_at"] = _older_than_every(DetectorVersion.objects.filter(name=code["name"]).exclude(
+                pk=version.pk), code["created_at"])
             _with_times(version, code, "created_at")
     detector, _ = Detector.objects.get_or_create(
         name=entry["name"], version=entry["version"], config_hash=entry["config_hash"], code=version,

@@ -4,12 +4,19 @@ original times, the stability checks; loading twice changes nothing, and a damag
 import gzip
 import io
 import json
+from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
 from bugs.models import Bug
-from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, run_tables
+from evaluation.actions import (
+    do_load_published_evaluation,
+    do_publish_evaluation,
+    do_retabulate_evaluation,
+    run_tables,
+)
 from evaluation.models import Evaluation
 from evaluation.published import SnapshotError, published_snapshots, read_snapshot
 from runners.actions.detectors import do_record_detector
@@ -162,3 +169,41 @@ def test_the_snapshots_that_ship_load_into_the_catalog_and_judge_to_their_own_ta
         for name in ("detection", "false_positives", "latency"):
             assert judged[name] == evaluation.tables[name], name
         assert evaluation.campaign.runs.count() == evaluation.parameters["runs"]
+
+
+def test_an_evaluation_with_runs_the_public_may_not_see_is_not_published(stored, tmp_path):
+    from bugs.actions import do_hold_out_bug
+
+    from .factories import MaintainerFactory
+    do_hold_out_bug(Bug.objects.get(bug_id="PUB-2"), acting_user=MaintainerFactory())
+    with pytest.raises(ValidationError, match="run\\(s\\) of code the public may not see"):
+        do_publish_evaluation(stored, tmp_path, acting_user=None)
+    assert not published_snapshots(tmp_path) and not Evaluation.objects.get(pk=stored.pk).published_id
+
+
+def test_a_published_evaluation_keeps_its_tables(stored, tmp_path):
+    do_publish_evaluation(stored, tmp_path, acting_user=None)
+    with pytest.raises(ValidationError, match="is published as .*: its tables stay as published"):
+        do_retabulate_evaluation(stored, acting_user=None)
+    twin = Evaluation.objects.create(campaign=stored.campaign, tables=stored.tables)
+    Evaluation.objects.filter(pk=twin.pk).update(created_at=stored.created_at)
+    twin.refresh_from_db()
+    with pytest.raises(ValidationError, match="Another evaluation is published as"):
+        do_publish_evaluation(twin, tmp_path, acting_user=None)
+
+
+def test_a_loaded_version_never_becomes_the_latest_and_checks_load_once(stored, tmp_path):
+    path = do_publish_evaluation(stored, tmp_path, acting_user=None)
+    ran = Run.objects.first().reproducer_version
+    forget(stored)
+    older_here = ReproducerVersionFactory(reproducer=ran.reproducer, files={"repro.py": "# loaded before\n"})
+    ReproducerVersion = type(ran)
+    ReproducerVersion.objects.filter(pk=older_here.pk).update(created_at=ran.created_at - timedelta(days=2))
+    ran.delete()  # this database never had the code that ran; its only version is older by the clock
+    snapshot = read_snapshot(path)
+    do_load_published_evaluation(snapshot, acting_user=None)
+    assert ran.reproducer.latest_version().pk == older_here.pk  # what ran is history here, not the code to run
+    checks = StabilityCheck.objects.count()
+    second = {**snapshot, "published_id": "2026-11-29.00000000"}
+    do_load_published_evaluation(second, acting_user=None)
+    assert StabilityCheck.objects.count() == checks  # the same verifications, shipped twice, loaded once

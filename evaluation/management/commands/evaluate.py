@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
@@ -105,7 +106,10 @@ class Command(BaseCommand):
         evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
         if evaluation is None:
             raise CommandError(f"No evaluation #{evaluation_id}.")
-        do_retabulate_evaluation(evaluation, acting_user=None)
+        try:
+            do_retabulate_evaluation(evaluation, acting_user=None)
+        except ValidationError as error:
+            raise CommandError(" ".join(error.messages)) from error
         self.stdout.write(f"Evaluation #{evaluation.pk}: tables recomputed from its runs.")
         self.write_results(evaluation, results)
 

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from evaluation.actions import do_publish_evaluation
@@ -26,7 +27,10 @@ class Command(BaseCommand):
         if stored is None:
             raise CommandError(f"No evaluation #{evaluation}." if evaluation is not None else
                                "No stored evaluation: run manage.py evaluate first.")
-        path = do_publish_evaluation(stored, Path(directory), acting_user=None)
+        try:
+            path = do_publish_evaluation(stored, Path(directory), acting_user=None)
+        except ValidationError as error:
+            raise CommandError(" ".join(error.messages)) from error
         self.stdout.write(f"Evaluation #{stored.pk} published as {stored.published_id}: {path} "
                           f"({path.stat().st_size / 1e6:.1f} MB)")
         if results:
