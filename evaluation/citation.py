@@ -29,8 +29,14 @@ def bibtex_escape(text: str) -> str:
     return re.sub(r"([&%$#_])", r"\\\1", text)
 
 
-def bibtex_entry(kind: str, key: str, fields: dict[str, str]) -> str:
-    body = ",\n".join(f"  {name} = {{{bibtex_escape(value)}}}" for name, value in fields.items() if value)
+def bibtex_entry(kind: str, key: str, fields: dict[str, str], corporate: tuple[str, ...] = ()) -> str:
+    """A BibTeX entry; the fields named in ``corporate`` are kept whole in an extra pair of braces (an author that
+    is an organisation, not a person: BibTeX would read its last word as a surname)."""
+    def value(name, text):
+        escaped = bibtex_escape(text)
+        return f"{{{escaped}}}" if name in corporate else escaped
+
+    body = ",\n".join(f"  {name} = {{{value(name, text)}}}" for name, text in fields.items() if text)
     return f"@{kind}{{{key},\n{body}\n}}\n"
 
 
@@ -38,11 +44,11 @@ def benchmark_bibtex() -> str:
     cff = benchmark_citation()
     released = str(cff["date-released"])
     return bibtex_entry("software", "silentbench", {
-        "title": cff["title"], "author": " and ".join(f"{{{a['name']}}}" if "name" in a else
-                                                      f"{a['family-names']}, {a['given-names']}"
+        "title": cff["title"], "author": " and ".join(a.get("name") or f"{a['family-names']}, {a['given-names']}"
                                                       for a in cff["authors"]),
         "version": str(cff["version"]), "year": released[:4], "month": released[5:7],
-        "note": "Cite the published evaluation whose numbers you quote as well"})
+        "note": "Cite the published evaluation whose numbers you quote as well"},
+        corporate=("author",) if all("name" in a for a in cff["authors"]) else ())
 
 
 def evaluation_facts(evaluation: Evaluation) -> dict[str, str]:
@@ -64,11 +70,11 @@ def evaluation_bibtex(evaluation: Evaluation, url: str) -> str:
     facts = evaluation_facts(evaluation)
     key = "silentbench-" + re.sub(r"[^0-9A-Za-z]+", "-", evaluation.published_id or f"evaluation-{evaluation.pk}")
     return bibtex_entry("misc", key, {
-        "title": f"SilentBench evaluation {facts['id']}", "author": "{The SilentBench developers}",
+        "title": f"SilentBench evaluation {facts['id']}", "author": "The SilentBench developers",
         "year": f"{evaluation.created_at:%Y}", "month": f"{evaluation.created_at:%m}", "howpublished": url,
         "note": (f"{facts['runs']} runs, {facts['seeds']} seeds; {facts['environment']}; commit {facts['commit']}; "
                  f"tables digest (MD5) {facts['tables_digest']}"),
-    })
+    }, corporate=("author",))
 
 
 def caption_citation(evaluation: Evaluation) -> str:

@@ -1,10 +1,12 @@
 """The runs behind a number, as a page (/results/runs/): a selection's succeeded runs narrowed to one detector,
-variant, bug and verdict, exactly those a leaderboard or results count counts: ``detected`` (buggy runs with an
-alarm at or after the trigger, in time), ``missed`` (buggy runs without one) or ``false-alarm`` (runs with an alarm
-that cannot be a detection: before the trigger, or any on a clean run). Judged as every table judges
-(evaluation.tables.judged_runs), so a count and its list agree."""
+variant, bug and verdict: ``detected`` (buggy runs with an alarm at or after the trigger, in time), ``missed``
+(buggy runs without one) or ``false-alarm`` (runs with an alarm that cannot be a detection: before the trigger, or
+any on a clean run). Judged as every table judges (evaluation.tables.judged_runs). A count of runs and its list
+agree, but for the runs the reader may not see (a held-out bug's), which the aggregate tables count and the list
+leaves out (the page says so); a count of bugs links to the runs behind it."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,7 @@ VERDICTS = {
     "false-alarm": ("with a false alarm", lambda row, verdict: verdict.false_alarms > 0),
 }
 NARROWING = ("detector", "variant", "bug", "verdict")  # the query parameters besides the selection
+NAME = re.compile(r"[-\w]+", re.ASCII)  # a detector's name, as its page's address takes it
 
 
 class InvalidRunList(ValueError):
@@ -52,6 +55,10 @@ def run_list(query, user):
     """The runs ``query`` names, as ``user`` may see them (NotFound for a selection that does not exist,
     InvalidRunList for an unknown variant or verdict)."""
     narrowed = {name: query[name] for name in NARROWING if query.get(name)}
+    if not NAME.fullmatch(narrowed.get("detector", "plain")):
+        raise InvalidRunList("detector is a detector's name (letters, digits, - and _)")
+    if ("verdict" in narrowed or "variant" in narrowed) and not ("detector" in narrowed or "bug" in narrowed):
+        raise InvalidRunList("a verdict or variant is judged for one detector or one bug: name either")
     if narrowed.get("variant") not in (None, *Variant.values):
         raise InvalidRunList(f"variant is one of {', '.join(Variant.values)}")
     if narrowed.get("verdict") not in (None, *VERDICTS):
@@ -68,7 +75,9 @@ def run_list(query, user):
     if "verdict" in narrowed or "variant" in narrowed:
         matches = VERDICTS[narrowed["verdict"]][1] if "verdict" in narrowed else (lambda row, verdict: True)
         # judged as the tables judge: a clean pipeline presented as buggy (a canary) is a clean run
+        # a clean pipeline presented as buggy (a scoring campaign's canary) counts in no table's clean runs
         ids = [row["id"] for row, verdict, _ in judged_runs(runs)
-               if narrowed.get("variant", row["variant"]) == row["variant"] and matches(row, verdict)]
+               if narrowed.get("variant", row["variant"]) == row["variant"] == row["presented_as"]
+               and matches(row, verdict)]
         runs = runs.filter(pk__in=ids)
     return RunList(runs_for_listing(runs).order_by("id"), results, narrowed)

@@ -163,7 +163,7 @@ def bug_detections(bug, user):
     campaign = (visible_campaigns(user).filter(pk__in=runs.exclude(detector__name=BASELINE).values("campaign"))
                 .order_by("-created_at", "-id").first())
     if campaign is None:
-        return BugDetections(rows=[], baseline_runs=runs.count())
+        return BugDetections(rows=[], baseline_runs=runs.filter(detector__name=BASELINE).count())
     rows, judged = cached(_judged_key(bug, runs.filter(campaign=campaign)), lambda: _detection_rows(
         judged_runs(runs.filter(campaign=campaign))))
     return BugDetections(rows=[row for row in rows if row["reproducer"] in reproducers], campaign=campaign,

@@ -165,7 +165,7 @@ def campaigns_for(query, user=None):
     if not ids:
         newest = matrix_campaigns(user).first()
         if newest is None:
-            raise NotFound("No version-matrix campaign yet: `manage.py version_matrix` creates one.")
+            raise NotFound("No version-matrix campaign yet: manage.py version_matrix creates one.")
         return [newest]
     ids = [_id({"campaign": str(value)}, "campaign") for value in ids]  # NotFound for anything but a possible ID
     found = list(visible_campaigns(user).filter(pk__in=[pk for pk in ids if pk is not None])

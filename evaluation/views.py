@@ -160,7 +160,9 @@ def home(request):
     """The front door: what SilentBench measures, the top of the latest stored evaluation's leaderboard with
     intervals, detection against false alarms in one plot, and where to go next. Rendered once for the same rows
     (``shown_once``)."""
-    return render(request, "evaluation/home.html", {"content": shown_once(request, "home-page", lambda: (
+    # its citation names the address it was read at: kept per scheme and host
+    part = f"home-page:{digest([request.scheme, request.get_host()])}"
+    return render(request, "evaluation/home.html", {"content": shown_once(request, part, lambda: (
         render_to_string("evaluation/home_content.html", home_context(request), request)))})
 
 
@@ -169,12 +171,15 @@ def home_context(request):
     evaluation = board and board.evaluation
     return {"board": board, "evaluation": evaluation,
             "chart": board and board.ranked and detection_against_false_positives(board),
-            "bugs": visible_bugs(request.user).exclude(status=BugStatus.DEPRECATED).count(),
-            "detectors": len(all_plugins()) - 1, "top": HOME_TOP,
+            "bugs": visible_bugs(request.user).filter(status__in=IN_THE_BENCHMARK).count(),
+            "detectors": (len(board.ranked) + len(board.opt_in)) if board else len(all_plugins()) - 1,
+            "top": HOME_TOP,
             "evaluation_bibtex": evaluation and evaluation_bibtex(evaluation, evaluation_url(request, evaluation))}
 
 
 HOME_TOP = 5  # leaderboard rows on the front door
+# The bugs the front door counts: approved by a maintainer and not retired (not those waiting for review)
+IN_THE_BENCHMARK = (BugStatus.APPROVED, BugStatus.VERIFIED, BugStatus.FLAKY, BugStatus.UNREPRODUCIBLE)
 
 
 def leaderboard(request):

@@ -57,3 +57,11 @@ def test_with_nothing_stored_the_front_door_says_how_to_get_numbers(client):
     assert "No evaluation is stored yet" in page and "<code>manage.py load_results</code>" in page
     assert 'id="headline-leaderboard"' not in page and "detection-against-false-positives" not in page
     assert client.get("/catalog/").status_code == 200
+
+
+def test_the_citation_names_the_address_each_reader_used(client):
+    stored_evaluation()
+    first = client.get("/", HTTP_HOST="127.0.0.1").content.decode()
+    second = client.get("/", HTTP_HOST="localhost").content.decode()
+    assert "howpublished = {http://127.0.0.1/results/" in first
+    assert "howpublished = {http://localhost/results/" in second  # not the first reader's, kept

@@ -105,6 +105,7 @@ def test_the_bibtex_download_cites_the_published_evaluation_then_the_benchmark(c
     assert f"howpublished = {{http://testserver/results/?evaluation={published.pk}}}" in text
     assert "torch 2.13.0+cpu, host vm; commit 0123abcd" in text
     assert text.count("{") == text.count("}")  # every field closed: a BibTeX reader takes it whole
+    assert text.count("author = {{The SilentBench developers}}") == 2  # an organisation, not Mr. developers
     cff = yaml.safe_load((settings.BASE_DIR / "CITATION.cff").read_text())
     assert cff["cff-version"] == "1.2.0" and cff["title"] in text and cff["authors"] and cff["message"]
 

@@ -34,8 +34,11 @@ def test_each_verdict_lists_exactly_the_runs_it_counts(client):
 
 
 @pytest.mark.parametrize("query, status, said", [
-    ({"variant": "sideways"}, 400, "Invalid run list: variant is one of buggy, fixed."),
-    ({"verdict": "maybe"}, 400, "Invalid run list: verdict is one of detected, missed, false-alarm."),
+    ({"detector": "nan_inf", "variant": "sideways"}, 400, "Invalid run list: variant is one of buggy, fixed."),
+    ({"bug": "PUB-1", "verdict": "maybe"}, 400, "Invalid run list: verdict is one of detected, missed, false-alarm."),
+    ({"verdict": "missed"}, 400, "judged for one detector or one bug: name either"),
+    ({"detector": "a.b"}, 400, "detector is a detector's name"),
+    ({"detector": "<script>"}, 400, "detector is a detector's name"),
     ({"evaluation": "999999"}, 404, ""),
     ({"campaign": "not-a-number"}, 404, ""),
     ({"page": "9999"}, 200, ""),

@@ -127,7 +127,9 @@ def test_without_a_matrix_campaign_the_page_says_how_to_make_one(client):
     response = client.get("/results/versions/")
     assert response.status_code == 200
     said = re.search(r'<p id="versions-error">(.*?)</p>', response.content.decode(), re.S).group(1)
-    assert "<code>manage.py version_matrix</code> creates one" in said and "`" not in said  # Markdown, rendered
+    assert said == "No version-matrix campaign yet: manage.py version_matrix creates one."  # no stray backticks
+    echoed = client.get("/results/versions/", {"campaign": "[a](https://evil.example)"}).content.decode()
+    assert 'href="https://evil.example"' not in echoed  # what the query says is shown as text, never as markup
     with pytest.raises(CommandError, match="No version-matrix campaign yet"):
         call_command("export", "versions", stdout=io.StringIO())
 
