@@ -243,6 +243,7 @@ GOOD = example_from_the_docs()
     (GOOD.replace('version = "1"', 'version = "1"\n    in_quickstart = False'), "the worker decides it"),
     (GOOD.replace('version = "1"', 'version = "1"\n    needs_fit = True'), "needs_fit is True"),
     (GOOD.replace('name = "frozen_weights"', 'name = "nan_inf"'), "built-in detector"),
+    (GOOD.replace('name = "frozen_weights"', 'name = "submit"'), "the name of one of the site's pages"),
     ("", "No code"),
 ])
 def test_the_api_refuses_a_bad_module_with_every_problem_and_stores_nothing(code, expected):

@@ -225,11 +225,18 @@ def check_detector(code, config=None, description=""):
                            description=description), []
 
 
+# Names a detector cannot have: /detectors/<name>/ is its page, and these addresses are the site's own pages.
+RESERVED_NAMES = ("submit", "mine", "review")
+
+
 def name_problem(name):
-    """A built-in detector's name is the repository's: its versions come from there, not from submissions."""
+    """A built-in detector's name is the repository's: its versions come from there, not from submissions; and a
+    name whose page address is one of the site's (RESERVED_NAMES) is refused."""
     if name in all_plugins():
         return (f"{name!r} is a built-in detector; its versions come from the repository's runners/detectors/. "
                 f"Give yours a name of its own.")
+    if name in RESERVED_NAMES:
+        return f"{name!r} is the name of one of the site's pages (/detectors/{name}/); give yours another."
     return ""
 
 
