@@ -168,7 +168,8 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
                     for entry in ({k: v for k, v in e.items() if k != "key"} for e in snapshot["environments"])]
     campaigns = {role: _with_times(Campaign.objects.create(**_parsed(fields)), _parsed(fields), "created_at")
                  for role, fields in snapshot["campaigns"].items()}
-    runs, alarms = [], []
+    runs: list[Run] = []
+    alarms: list[Alarm] = []
     for entry in snapshot["runs"]:
         fields = _parsed({name: entry[name] for name in RUN_FIELDS})
         environment = entry["environment"]
@@ -207,7 +208,8 @@ def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user:
     """Give each bug that was never verified in this database the verdict of the published stability checks of its
     current reproducer versions (the worst among them, as a verification gives it); a bug verified here keeps its
     own verdict, and a check of a version the catalog has replaced says nothing of the bug as it is now."""
-    severity = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY, VerificationVerdict.UNREPRODUCIBLE]
+    severity: list[str] = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY,
+                           VerificationVerdict.UNREPRODUCIBLE]
     latest: dict[int, StabilityCheck] = {}
     for check in sorted(checks, key=lambda check: check.checked_at):
         latest[check.reproducer_version_id] = check
