@@ -231,6 +231,9 @@ def overhead_chart(overhead):
     return Chart("overhead-chart", as_dict(figure), table_id="overhead")
 
 
+LABELLED = 5  # drop-in points named on the plot: the top of the leaderboard
+
+
 def detection_against_false_positives(board):
     """One point per ranked detector: the share of bugs it caught beyond the fixed twin against its false-positive
     rate on clean runs, each with its Wilson 95% interval as whiskers; drop-in and opt-in detectors as two traces.
@@ -246,7 +249,10 @@ def detection_against_false_positives(board):
         figure.add_trace(go.Scatter(
             name=name, mode="markers+text", cliponaxis=False, textposition="top center",
             x=[fp["fp_rate"] for _, _, fp in points], y=[share[0] for _, share, _ in points],
-            text=[label(s.detector) for s, _, _ in points], marker={"color": colour, "size": 10, "symbol": symbol},
+            # names written beside the leaders and the opt-in points only: the rest crowd the origin (their names
+            # are in the hover and the table)
+            text=[label(s.detector) if name != "drop-in" or (s.rank or LABELLED + 1) <= LABELLED else ""
+                  for s, _, _ in points], marker={"color": colour, "size": 10, "symbol": symbol},
             error_x={"type": "data", "symmetric": False, "width": 0, "thickness": 1,
                      "array": [fp["fp_ci_high"] - fp["fp_rate"] for *_, fp in points],
                      "arrayminus": [fp["fp_rate"] - fp["fp_ci_low"] for *_, fp in points]},
@@ -254,7 +260,8 @@ def detection_against_false_positives(board):
                      "arrayminus": [share[0] - share[1] for _, share, _ in points], "width": 0, "thickness": 1},
             customdata=[[s.beyond_fixed, s.bugs, fp["clean_runs_with_alarm"], fp["clean_runs"]]
                         for s, _, fp in points],
-            hovertemplate="%{text}: caught %{customdata[0]}/%{customdata[1]} bugs beyond the fixed twin, "
+            hovertext=[label(s.detector) for s, _, _ in points],
+            hovertemplate="%{hovertext}: caught %{customdata[0]}/%{customdata[1]} bugs beyond the fixed twin, "
                           "false alarms on %{customdata[2]}/%{customdata[3]} clean runs<extra></extra>"))
         rows += [[s.detector, name, f"{s.beyond_fixed}/{s.bugs}", f"{share[0]} [{share[1]}, {share[2]}]",
                   f"{fp['fp_rate']} [{fp['fp_ci_low']}, {fp['fp_ci_high']}]"] for s, share, fp in points]

@@ -172,6 +172,7 @@ def home_context(request):
     return {"board": board, "evaluation": evaluation,
             "chart": board and board.ranked and detection_against_false_positives(board),
             "bugs": visible_bugs(request.user).filter(status__in=IN_THE_BENCHMARK).count(),
+            "evaluated_bugs": board and max((standing.bugs for standing in board.ranked), default=0),
             "detectors": (len(board.ranked) + len(board.opt_in)) if board else len(all_plugins()) - 1,
             "top": HOME_TOP,
             "evaluation_bibtex": evaluation and evaluation_bibtex(evaluation, evaluation_url(request, evaluation))}

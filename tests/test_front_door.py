@@ -44,7 +44,7 @@ def test_a_newcomer_reads_what_is_measured_and_the_ranked_top_with_intervals(cli
 def test_the_plot_puts_each_detector_at_its_detection_and_false_alarm_rate(client):
     stored_evaluation()
     plot = figure(client.get("/").content.decode(), "detection-against-false-positives-figure")
-    points = {trace["name"]: dict(zip(trace["text"], zip(trace["x"], trace["y"], strict=True), strict=True))
+    points = {trace["name"]: dict(zip(trace["hovertext"], zip(trace["x"], trace["y"], strict=True), strict=True))
               for trace in plot["data"]}
     assert points == {"drop-in": {"nan_inf": (0.0, 1.0), "grad_health": (1.0, 0.5)},
                       "opt-in (ranked apart)": {"differential": (0.0, 1.0)}}

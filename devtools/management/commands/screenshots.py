@@ -42,6 +42,7 @@ PAGES = [
     ("run", example_run, False),
     ("results", "/results/", False),
     ("leaderboard", "/leaderboard/", False),
+    ("detector", "/detectors/shadow_eager/", False),
     ("methodology", "/methodology/", False),
     ("campaign", example_campaign, False),
     ("submit", "/submit/", True),
@@ -142,9 +143,10 @@ class Command(BaseCommand):
         return session
 
     def wait_for_charts(self, page):
-        """Plotly draws after the load event: on a page that loads it, wait until each chart has its SVG."""
-        page.wait_for_function("""() => !window.Plotly || (document.querySelector(".js-plotly-plot") !== null
-            && [...document.querySelectorAll(".js-plotly-plot")].every(plot => plot.querySelector(".main-svg")))""")
+        """Plotly draws after the load event: wait until each chart of the page (an element with a figure to draw)
+        has its SVG; a page that loads Plotly and has no chart (a detector page with one evaluation) is ready."""
+        page.wait_for_function("""() => !window.Plotly
+            || [...document.querySelectorAll("[data-figure]")].every(plot => plot.querySelector(".main-svg"))""")
 
 
 @contextmanager
