@@ -175,7 +175,8 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
         environment = entry["environment"]
         runs.append(Run(campaign=campaigns[entry["campaign"]], reproducer_version=versions[entry["reproducer_version"]],
                         detector=detectors[entry["detector"]],
-                        environment=environments[environment] if environment is not None else None, **fields))
+                        environment=environments[environment] if environment is not None else None,
+                        stdout=f"(not shipped: published evaluation {published_id} keeps no logs)", **fields))
     Run.objects.bulk_create(runs, batch_size=500)
     for run, entry in zip(runs, snapshot["runs"]):
         run.queued_at = _parsed(entry)["queued_at"]  # auto_now_add set it to now

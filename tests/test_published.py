@@ -63,6 +63,7 @@ def test_a_published_evaluation_loads_back_as_the_same_evaluation(stored, tmp_pa
     assert run_tables(runs) == {name: tables[name] for name in run_tables(runs)}
     assert sorted(Alarm.objects.values_list("rule", "step", "time", "arrival_step")) == alarms
     assert runs.get(status="failed").failure_reason == "it crashed"
+    assert runs.first().stdout == f"(not shipped: published evaluation {published_id} keeps no logs)"
     assert {run.status: run.environment and run.environment.host for run in runs} == {
         "succeeded": "eval-host", "failed": None}
     assert StabilityCheck.objects.count() == 2
