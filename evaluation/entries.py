@@ -13,6 +13,7 @@ false-positive rate and the name; opt-in ones apart; ``plain`` is the baseline, 
 whose runs show that its alarms follow the label or the program's verdict, not the program (evaluation.integrity),
 is flagged: it keeps its entry, unranked, with the runs behind the finding for the maintainers."""
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
 import pandas as pd
 from django.db.models import Max, Q
@@ -154,7 +155,7 @@ def _entry(version, selection, campaign, evaluation, user, recorded_code):
                   results.runs_summary(), recorded_code=recorded_code, integrity=integrity)
     entry.links = {
         "campaign": campaign.get_absolute_url(),
-        "runs": reverse("run-list") + f"?campaign={campaign.pk}&detector__name={version.name}",
+        "runs": reverse("evaluation:runs") + "?" + urlencode({"campaign": campaign.pk, "detector": version.name}),
         "entry": reverse("leaderboard-entry", args=[version.pk]),
         "history": reverse("detector", args=[version.name]),
     }
