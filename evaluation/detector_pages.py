@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from core.charts import LAYOUT, PALETTE, Chart, as_dict, label
 from runners.detectors import all_plugins
+from runners.models import Detector
 
 from .entries import detector_history
 from .leaderboard import Leaderboard, Standing, build_leaderboard
@@ -48,8 +49,8 @@ def detector_page(name, user):
     """The page of detector ``name`` as ``user`` may see it, or None when there is no such detector."""
     plugin = all_plugins().get(name)
     versions = detector_history(name, user)
-    if plugin is None and not versions:
-        return None
+    if plugin is None and not versions and not Detector.objects.filter(name=name).exists():
+        return None  # (a Detector row without code is one recorded before detector versions existed)
     page = DetectorPage(name=name, plugin=plugin, versions=versions)
     viewer = results_viewer(user)
     for evaluation in reversed(list(evaluations_for(viewer)[:HISTORY_EVALUATIONS])):

@@ -12,7 +12,7 @@ from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
 from runners.detectors import all_plugins
-from runners.models import DetectorVersion
+from runners.models import Detector, DetectorVersion
 from runners.permissions import TRIGGER_PERMISSION
 
 from .actions import do_start_bisection
@@ -220,7 +220,8 @@ def leaderboard_detector(request, name):
 def detector(request, name):
     """A detector's page (evaluation.detector_pages), rendered once for the same rows it shows. A name that no
     detector has is a 404 at once, before anything is judged or kept."""
-    if name not in all_plugins() and not DetectorVersion.objects.filter(name=name).exists():
+    if name not in all_plugins() and not Detector.objects.filter(name=name).exists() \
+            and not DetectorVersion.objects.filter(name=name).exists():
         raise Http404(f"No detector named {name!r}.")
 
     def content():
