@@ -35,10 +35,11 @@ def test_paint_table_gives_each_timing_its_median_and_max_and_names_pages_not_se
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_bench_paint_measures_every_page_in_chromium(capsys):
-    """On the empty test database (no run to show): four pages, each load painted and counted."""
+    """On the empty test database (no run to show): five pages, each load painted and counted."""
     call_command("bench_paint", repeat=1, warmup=0, gunicorn_workers=1)
     rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| [^|]+ \| `", line)]
-    assert [row.split(" | ")[1] for row in rows] == ["`/`", "`/leaderboard/`", "`/results/`", "`/methodology/`"]
+    assert [row.split(" | ")[1] for row in rows] == ["`/`", "`/catalog/`", "`/leaderboard/`", "`/results/`",
+                                                     "`/methodology/`"]
     for row in rows:
         loads, first_byte, first_paint, fcp, dcl, onload, kib, requests = row.strip("| ").split(" | ")[2:]
         assert loads == "1" and all(re.fullmatch(r"\d+ / \d+", value) for value in (first_paint, fcp, dcl, onload))

@@ -203,7 +203,8 @@ SURFACES = [
     # --- results, leaderboard, comparison, version matrix, bisections ---
     Surface("evaluation:results", maintainer_sees=ID),
     Surface("evaluation:runs", query="evaluation={evaluation}", maintainer_sees=ID),
-    Surface("evaluation:runs", query="campaign={mixed}&verdict=detected", maintainer_sees=ID),
+    Surface("evaluation:runs", query="campaign={mixed}&detector=param_not_updated&verdict=detected",
+            maintainer_sees=ID),
     Surface("evaluation:results", query="evaluation={evaluation}", maintainer_sees=ID),
     Surface("evaluation:results", query="campaign={mixed}", maintainer_sees=ID),
     Surface("evaluation:results", query="campaign={verification}", expected=MAINTAINERS_ONLY),

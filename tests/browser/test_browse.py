@@ -60,7 +60,9 @@ def test_browse_the_catalog_a_bug_and_the_results(page, live_site, page_events):
     expect(page).to_have_url(re.compile(r"/bugs/DS-1801/$"))
     expect(page.locator("h1")).to_contain_text("DS-1801")
     expect(page.get_by_role("heading", name="Root cause")).to_be_visible()
-    # Pygments tokens, coloured by the page's stylesheet: a keyword is not in the text colour.
+    # Pygments tokens, coloured by the page's stylesheet: a keyword is not in the text colour (the code is folded
+    # under the runs and verdicts: open it).
+    page.locator("details.code-files summary").first.click()
     keyword = page.locator(".code span.kn, .code span.k").first
     expect(keyword).to_be_visible()
     colours = keyword.evaluate("k => [getComputedStyle(k).color, getComputedStyle(k.closest('pre')).color]")
