@@ -24,6 +24,12 @@ class VerificationVerdict(models.TextChoices):
     UNREPRODUCIBLE = "unreproducible", "Unreproducible"
 
 
+def worst_verdict(first: str, second: str) -> str:
+    """The worse of two verdicts (verified < flaky < unreproducible): a bug with several reproducers takes the
+    worst of theirs."""
+    return max(first, second, key=list(VerificationVerdict).index)
+
+
 class AuditAction(models.TextChoices):
     """What an audit event records (core.audit.record): the state changes made on someone's behalf."""
     CREATE = "create", "created"

@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from bugs.actions import do_set_verification_verdict
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
 from core import audit
-from core.enums import AuditAction, ReviewState, Variant, VerificationVerdict
+from core.enums import AuditAction, ReviewState, Variant, VerificationVerdict, worst_verdict
 from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
     BisectionResult,
@@ -36,7 +36,9 @@ from runners.bisection import (
     served_environments,
 )
 from runners.models import (
+    ALARM_FIELDS,
     FINISHED_STATUSES,
+    RUN_RECORD_FIELDS,
     Alarm,
     Campaign,
     Detector,
@@ -52,9 +54,7 @@ from runners.selectors import runnable_versions, visible_runs
 
 from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
 from .published import (
-    ALARM_FIELDS,
     PUBLISHED_DIR,
-    RUN_FIELDS,
     VERSION_FIELDS,
     SnapshotError,
     published_id_for,
@@ -171,7 +171,7 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
     runs: list[Run] = []
     alarms: list[Alarm] = []
     for entry in snapshot["runs"]:
-        fields = _parsed({name: entry[name] for name in RUN_FIELDS})
+        fields = _parsed({name: entry[name] for name in RUN_RECORD_FIELDS})
         environment = entry["environment"]
         runs.append(Run(campaign=campaigns[entry["campaign"]], reproducer_version=versions[entry["reproducer_version"]],
                         detector=detectors[entry["detector"]],
@@ -209,8 +209,6 @@ def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user:
     """Give each bug that was never verified in this database the verdict of the published stability checks of its
     current reproducer versions (the worst among them, as a verification gives it); a bug verified here keeps its
     own verdict, and a check of a version the catalog has replaced says nothing of the bug as it is now."""
-    severity: list[str] = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY,
-                           VerificationVerdict.UNREPRODUCIBLE]
     latest: dict[int, StabilityCheck] = {}
     for check in sorted(checks, key=lambda check: check.checked_at):
         latest[check.reproducer_version_id] = check
@@ -220,7 +218,7 @@ def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user:
         bug = reproducer.bug
         if bug is None or bug.status != BugStatus.APPROVED or reproducer.latest_version() != check.reproducer_version:
             continue
-        by_bug[bug] = max(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict, key=severity.index)
+        by_bug[bug] = worst_verdict(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict)
     for bug, verdict in by_bug.items():
         do_set_verification_verdict(bug, verdict, acting_user=acting_user)
 

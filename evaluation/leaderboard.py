@@ -11,6 +11,7 @@ when the fixed run of the same seed succeeded and every rule that fired on the b
 detector does not tell the bug from its fix: noise), and *no fixed twin* when no fixed run of that seed succeeded, so
 the detection cannot be told from the fix either way (a missing comparison, not noise)."""
 from dataclasses import dataclass, field
+from functools import cached_property
 from urllib.parse import urlencode
 
 from django.urls import reverse
@@ -81,7 +82,7 @@ class Leaderboard:
         """How many runs the selection holds, which seeds and which environments ran them."""
         return self.results.runs_summary()
 
-    @property
+    @cached_property
     def folded(self):
         """{column: why it is folded away}: the columns that say nothing on these rows (every value the same as
         another column's, or missing), which the page leaves out and names."""

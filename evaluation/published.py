@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from runners.models import ALARM_FIELDS, RUN_RECORD_FIELDS
+
 if TYPE_CHECKING:
     from .models import Evaluation
 
 FORMAT = 1
 PUBLISHED_DIR = Path(settings.BASE_DIR) / "evaluation" / "published"
 
-# What a snapshot keeps of each row (the rest is either derived, a key rewritten on load, or left out above).
-RUN_FIELDS = ("variant", "seed", "steps", "queue", "status", "failure_reason", "failure_kind", "attempts",
-              "queued_at", "started_at", "finished_at", "wall_seconds", "exit_code", "output_truncated", "manifested",
-              "oracle_summary", "oracle_evidence", "trigger_step", "trigger_time", "step_records", "protocol_errors",
-              "analysis_seconds", "detector_summary", "execution")
-ALARM_FIELDS = ("step", "rank", "rule", "message", "evidence", "time", "arrival_step")
+# What a snapshot keeps of each row (the rest is either derived, a key rewritten on load, or left out above); a
+# run's and an alarm's are runners.models.RUN_RECORD_FIELDS and ALARM_FIELDS.
 CAMPAIGN_FIELDS = ("name", "purpose", "created_at", "parameters", "completed_at")
 VERSION_FIELDS = ("content_hash", "files", "manifest", "entrypoint", "default_steps", "time_limit_seconds",
                   "memory_mb", "created_at")
@@ -131,7 +129,7 @@ def snapshot_of(evaluation: Evaluation) -> dict[str, Any]:
                 "campaign": role, "reproducer_version": versions[version.pk]["key"],
                 "detector": detectors[detector.pk]["key"],
                 "environment": environments[environment.pk]["key"] if environment is not None else None,
-                **fields_of(run, RUN_FIELDS),
+                **fields_of(run, RUN_RECORD_FIELDS),
                 "alarms": [[getattr(alarm, name) for name in ALARM_FIELDS]
                            for alarm in sorted(run.alarms.all(), key=lambda alarm: alarm.pk)]})
     stability = [{"reproducer_version": versions[check.reproducer_version_id]["key"],

@@ -401,6 +401,14 @@ class Run(models.Model):
         return reverse("runners:run", args=[self.pk])
 
 
+# A run's own record, without its keys or its logs (a published snapshot and a run's JSON download), and an
+# alarm's.
+RUN_RECORD_FIELDS = ("variant", "seed", "steps", "queue", "status", "failure_reason", "failure_kind", "attempts",
+                     "queued_at", "started_at", "finished_at", "wall_seconds", "exit_code", "output_truncated",
+                     "manifested", "oracle_summary", "oracle_evidence", "trigger_step", "trigger_time", "step_records",
+                     "protocol_errors", "analysis_seconds", "detector_summary", "execution")
+ALARM_FIELDS = ("step", "rank", "rule", "message", "evidence", "time", "arrival_step")
+
 # Columns that lists of runs never show, some of them large (logs, step records, the reproducer's files).
 LISTING_DEFERRED = ("stdout", "stderr", "step_records", "oracle_evidence", "protocol_errors", "detector_summary",
                     "execution", "reproducer_version__files", "reproducer_version__manifest")

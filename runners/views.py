@@ -29,7 +29,9 @@ from .environments.routing import describe_worker
 from .failures import breakdown, failure_counts
 from .forms import CampaignForm, RetryForm
 from .models import (
+    ALARM_FIELDS,
     FINISHED_STATUSES,
+    RUN_RECORD_FIELDS,
     Alarm,
     Campaign,
     CampaignState,
@@ -81,17 +83,11 @@ def alarm_groups(run):
     return groups
 
 
-RUN_RECORD_FIELDS = ("variant", "seed", "steps", "status", "failure_kind", "failure_reason", "attempts", "queued_at",
-                     "started_at", "finished_at", "wall_seconds", "exit_code", "manifested", "oracle_summary",
-                     "oracle_evidence", "trigger_step", "trigger_time", "step_records", "protocol_errors",
-                     "analysis_seconds", "detector_summary", "execution", "stdout", "stderr", "output_truncated")
-
-
 def run_record(request, pk):
     """One run as a JSON download: what ran (reproducer version, detector and config, environment), its records,
     oracle verdict, alarms and logs."""
     run = get_object_or_404(visible_runs(request.user).select_related(
-        "reproducer_version__reproducer__bug", "detector", "environment", "campaign"), pk=pk)
+        "reproducer_version__reproducer__bug", "detector__code", "environment", "campaign"), pk=pk)
     reproducer = run.reproducer_version.reproducer
     record = {
         "run": run.pk, "campaign": run.campaign_id,
@@ -101,8 +97,8 @@ def run_record(request, pk):
                      "code_hash": run.detector.code_hash},
         "environment": run.environment and {"host": run.environment.host, "torch": run.environment.torch,
                                             "python": run.environment.python, "gpu": run.environment.gpu},
-        **{name: getattr(run, name) for name in RUN_RECORD_FIELDS},
-        "alarms": list(run.alarms.values("step", "rank", "rule", "message", "evidence", "time", "arrival_step")),
+        **{name: getattr(run, name) for name in (*RUN_RECORD_FIELDS, "stdout", "stderr")},
+        "alarms": list(run.alarms.values(*ALARM_FIELDS)),
     }
     response = JsonResponse(record, json_dumps_params={"indent": 1})
     response["Content-Disposition"] = f'attachment; filename="silentbench-run-{run.pk}.json"'

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from bugs.actions import do_set_verification_verdict
 from core import audit
-from core.enums import AuditAction, VerificationVerdict
+from core.enums import AuditAction, VerificationVerdict, worst_verdict
 
 from ..environments.routing import queue_for
 from ..failures import cancelled_before_start
@@ -206,13 +206,11 @@ def do_record_stability(campaign: Campaign, *, acting_user: User | None = None) 
                 buggy_manifested=tally["buggy"], fixed_manifested=tally["fixed"], failed_runs=tally["failed"],
                 verdict=StabilityCheck.verdict_for(seeds, tally["buggy"], tally["fixed"], tally["failed"]),
             ))
-        severity: list[str] = [VerificationVerdict.VERIFIED, VerificationVerdict.FLAKY,
-                               VerificationVerdict.UNREPRODUCIBLE]
         by_bug: dict[Bug, str] = {}
         for check in checks:
             bug = check.reproducer_version.reproducer.bug
             assert bug is not None  # a reference pipeline (no bug) was skipped above
-            by_bug[bug] = max(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict, key=severity.index)
+            by_bug[bug] = worst_verdict(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict)
         for bug, verdict in by_bug.items():
             do_set_verification_verdict(bug, verdict, acting_user=acting_user, campaign=campaign)
     return checks
