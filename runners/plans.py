@@ -146,9 +146,13 @@ class CampaignPlan:
             problems["environments"] = ["Pick at least one environment."]
         if problems:
             raise ValidationError(problems)
+        # A seed's whole matrix first, column by column (a detector's runs over every program): a matrix fills in
+        # the order a reader looks at it, and a program's runs are spread out, so that its first run (which compiles
+        # with Inductor) has ended before the next one starts and leaves its kernels for the others
+        # (runners.compile_cache) rather than two slots compiling the same ones at once.
         runs = tuple(PlannedRun(version, detector, variant, seed, environment)
-                     for environment in environments for version in versions if runs_in(version, environment)
-                     for variant in variants for seed in seeds for detector in detectors
+                     for environment in environments for seed in seeds for detector in detectors
+                     for version in versions if runs_in(version, environment) for variant in variants
                      if (variant in version.reproducer.variants
                          or canaries and version.reproducer.is_reference_pipeline and variant in Variant.values)
                      and not (skip and skip(version, detector)))
