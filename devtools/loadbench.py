@@ -24,6 +24,7 @@ from django.db.models import Count
 
 from bugs.models import Bug
 from core.enums import Variant
+from devtools.pages import busiest_bug, busiest_detector
 from runners.models import Run, RunStatus
 from runners.plans import CampaignPlan
 
@@ -40,18 +41,25 @@ def endpoints():
     """(label, path) of what is measured, chosen on the configured database (the busiest bug, the
     largest campaign)."""
     listed = [("landing", "/"), ("catalog", "/catalog/")]
-    busiest = (Run.objects.filter(reproducer_version__reproducer__bug__isnull=False)
-               .values("reproducer_version__reproducer__bug__bug_id").annotate(n=Count("id")).order_by("-n").first())
-    bug_id = busiest["reproducer_version__reproducer__bug__bug_id"] if busiest else (
-        Bug.objects.values_list("bug_id", flat=True).first())
+    bug = busiest_bug()
+    bug_id = bug[0] if bug else Bug.objects.values_list("bug_id", flat=True).first()
     if bug_id:
-        listed.append((f"bug page ({bug_id}{', %d runs' % busiest['n'] if busiest else ''})", f"/bugs/{bug_id}/"))
+        listed.append((f"bug page ({bug_id}{', %d runs' % bug[1] if bug else ''})", f"/bugs/{bug_id}/"))
     listed += [("results (stored evaluation)", "/results/"), ("leaderboard", "/leaderboard/"),
                ("campaign list", "/campaigns/")]
     largest = (Run.objects.filter(campaign__isnull=False).values("campaign").annotate(n=Count("id"))
                .order_by("-n").first())
     if largest:
         listed.append((f"largest campaign ({largest['n']} runs)", f"/campaigns/{largest['campaign']}/"))
+    detector = busiest_detector()
+    if detector:
+        name = detector[0]
+        listed += [(f"detector page ({name}, {detector[1]} runs)", f"/detectors/{name}/"),
+                   (f"run list: {name}'s detections (stored evaluation)",
+                    f"/results/runs/?detector={name}&variant=buggy&verdict=detected")]
+        if largest:
+            listed.append((f"run list: {name}'s false alarms (largest campaign)",
+                           f"/results/runs/?campaign={largest['campaign']}&detector={name}&verdict=false-alarm"))
     listed += [("API runs", "/api/runs/"), ("API bugs", "/api/bugs/"), ("API results", "/api/results/"),
                ("export: detection table, LaTeX", "/results/detection.tex"),
                ("export: detection table, CSV", "/results/detection.csv")]

@@ -4,7 +4,9 @@ import re
 import pytest
 from django.core.management import call_command
 
+from devtools.pages import first_visit_pages
 from devtools.paint import PageLoads, median_max, paint_table
+from tests.factories import RunFactory
 
 
 def load(first_paint, fcp=None, dcl=100.0, onload=120.0, size=2048, requests=3, first_byte=20.0):
@@ -44,3 +46,15 @@ def test_bench_paint_measures_every_page_in_chromium(capsys):
         loads, first_byte, first_paint, fcp, dcl, onload, kib, requests = row.strip("| ").split(" | ")[2:]
         assert loads == "1" and all(re.fullmatch(r"\d+ / \d+", value) for value in (first_paint, fcp, dcl, onload))
         assert int(kib.replace(",", "")) > 0 and int(requests) >= 2  # the page and its style sheet at least
+
+
+@pytest.mark.django_db
+def test_bench_paint_adds_the_busiest_bug_and_detector_pages_once_something_has_run():
+    """The bug and detector pages measured are those with the most runs: the heaviest to render."""
+    quiet, busy = RunFactory(), RunFactory()
+    RunFactory.create_batch(2, reproducer_version=busy.reproducer_version, detector=busy.detector)
+    listed = dict(first_visit_pages())
+    bug_id = busy.reproducer_version.reproducer.bug.bug_id
+    assert listed[f"bug page ({bug_id})"] == f"/bugs/{bug_id}/"
+    assert listed[f"detector page ({busy.detector.name})"] == f"/detectors/{busy.detector.name}/"
+    assert quiet.reproducer_version.reproducer.bug.bug_id not in " ".join(listed)

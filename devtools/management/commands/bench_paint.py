@@ -1,7 +1,7 @@
-"""First paint of the landing page, the leaderboard, results, methodology and a run page, each opened
---repeat times in a fresh browser context (empty cache), as a first visit (issue 16). Prints a Markdown
-table of first paint, first contentful paint, DOMContentLoaded and load (median / max ms) and the bytes
-transferred; never asserts.
+"""First paint of the landing page, the catalog, the leaderboard, results, methodology, a bug page, a detector page
+and a run page, each opened --repeat times in a fresh browser context (empty cache), as a first visit (issue 16).
+Prints a Markdown table of first paint, first contentful paint, DOMContentLoaded and load (median / max ms) and the
+bytes transferred; never asserts.
 
     SILENTBENCH_VAR_DIR=/tmp/var-paint .venv/bin/python manage.py bench_paint
 
@@ -17,19 +17,11 @@ from django.db import connection
 
 from devtools.browser import VIEWPORT, launch
 from devtools.loadbench import gunicorn
-from devtools.pages import example_run
+from devtools.pages import first_visit_pages
 from devtools.paint import measure, paint_table
 from evaluation.models import Evaluation
 from runners.models import Alarm, Run
 from runners.worker.local import database_url
-
-
-def pages():
-    """(label, path) of the pages measured; the run page only when the database has a run to show."""
-    listed = [("landing", "/"), ("catalog", "/catalog/"), ("leaderboard", "/leaderboard/"), ("results", "/results/"),
-              ("methodology", "/methodology/")]
-    run = example_run()
-    return listed + [("run (with alarms)", run)] if run else listed
 
 
 class Command(BaseCommand):
@@ -45,7 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("--only", default="", help="only pages whose label contains this text")
 
     def handle(self, *args, **options):
-        listed = [(label, path) for label, path in pages() if options["only"] in label]
+        listed = [(label, path) for label, path in first_visit_pages() if options["only"] in label]
         load = os.getloadavg()
         self.stdout.write(f"Database: {connection.vendor} {connection.settings_dict['NAME']}: "
                           f"{Run.objects.count()} runs, {Alarm.objects.count()} alarms, "

@@ -1,0 +1,115 @@
+"""Where a quickstart's time went (issue 33): read from its campaign's runs, after the fact. Prints figures, never
+asserts. Time the quickstart itself, then read it:
+
+    SILENTBENCH_VAR_DIR=/tmp/qs /usr/bin/time -f %e .venv/bin/python manage.py quickstart --no-serve
+    SILENTBENCH_VAR_DIR=/tmp/qs .venv/bin/python manage.py bench_quickstart
+
+Per campaign (the newest named "quickstart", or --campaign): its span from first claim to last result; the
+run-seconds from claim to result, in the sandbox (``Run.wall_seconds``) and the reproducers' own (first to last step
+record, over all ranks); the median sandbox time beyond the reproducer's own, by world size; the gap from a run's
+result to the next claim; how long fewer than two runs were under way; the programs that cost the most.
+
+``--direct BUG,...`` times ``runners.execution.execute`` in this process instead, --repeat times on one stored
+buggy run of each bug under ``--detector`` (after one untimed run that starts the zygote): the sealed run alone,
+without broker or worker, for comparing two trees of the executor side by side.
+"""
+import bisect
+import statistics
+import time
+from collections import defaultdict
+
+from django.core.management.base import BaseCommand, CommandError
+
+from core.cli import comma_list, positive_int
+from runners.execution import execute
+from runners.models import Campaign, Run, RunStatus
+
+
+def own_seconds(run):
+    """The reproducer's own time: its first to its last step record, over all ranks."""
+    times = [record["time"] for record in run.step_records if isinstance(record.get("time"), (int, float))]
+    return max(times) - min(times) if times else 0.0
+
+
+def world_size(run):
+    return len({record.get("rank", 0) for record in run.step_records}) or 1
+
+
+class Command(BaseCommand):
+    help = "Where a quickstart campaign's time went, from its runs; or --direct: sealed runs timed in-process."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--campaign", type=int, help="a campaign's ID (default: the newest named quickstart)")
+        parser.add_argument("--top", type=positive_int, default=8, help="programs listed by their cost")
+        parser.add_argument("--direct", type=comma_list, help="bug IDs whose runs are timed through execute()")
+        parser.add_argument("--detector", default="plain", help="with --direct: the detector of the runs timed")
+        parser.add_argument("--repeat", type=positive_int, default=10, help="with --direct: timed runs per bug")
+
+    def handle(self, *args, campaign, top, direct, detector, repeat, **options):
+        if direct:
+            return self.direct(direct, detector, repeat)
+        chosen = (Campaign.objects.filter(pk=campaign) if campaign
+                  else Campaign.objects.filter(name="quickstart").order_by("-pk")).first()
+        if chosen is None:
+            raise CommandError("No such campaign: run `manage.py quickstart --no-serve` first, or give --campaign.")
+        runs = list(chosen.runs.filter(status=RunStatus.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False)
+                    .select_related("reproducer_version__reproducer__bug"))
+        if not runs:
+            raise CommandError(f"Campaign #{chosen.pk} has no succeeded run to read.")
+        starts = sorted(run.started_at.timestamp() for run in runs)
+        ends = [run.finished_at.timestamp() for run in runs]
+        claimed = [end - run.started_at.timestamp() for run, end in zip(runs, ends)]
+        sandbox = [run.wall_seconds or 0.0 for run in runs]
+        own = [own_seconds(run) for run in runs]
+        write = self.stdout.write
+        write(f"Campaign #{chosen.pk} ({chosen.name}): {len(runs)} succeeded runs of {chosen.runs.count()}.")
+        write(f"span, first claim to last result: {max(ends) - starts[0]:.1f} s")
+        write(f"run-seconds, claim to result: {sum(claimed):.0f}; in the sandbox: {sum(sandbox):.0f}; "
+              f"the reproducers' own: {sum(own):.0f}")
+        by_size = defaultdict(list)
+        for run, seconds, mine in zip(runs, sandbox, own):
+            by_size[world_size(run)].append(seconds - mine)
+        for size, beyond in sorted(by_size.items()):
+            write(f"median sandbox time beyond the reproducer's own, {size} rank(s): {statistics.median(beyond):.3f} s "
+                  f"(n = {len(beyond)})")
+        gaps = [starts[index] - end for end in ends if (index := bisect.bisect_right(starts, end)) < len(starts)]
+        if gaps:
+            write(f"gap from a result to the next claim: median {statistics.median(gaps):.3f} s, sum {sum(gaps):.1f} s")
+        write(f"time with fewer than two runs under way: {self.time_below(runs, 2):.1f} s")
+        cost = defaultdict(float)
+        for run, seconds in zip(runs, claimed):
+            reproducer = run.reproducer_version.reproducer
+            cost[reproducer.bug.bug_id if reproducer.bug else str(reproducer)] += seconds
+        write("costliest programs (run-seconds, claim to result):")
+        for name, seconds in sorted(cost.items(), key=lambda item: -item[1])[:top]:
+            write(f"  {name}: {seconds:.1f}")
+
+    @staticmethod
+    def time_below(runs, slots):
+        """Seconds of the campaign's span during which fewer than ``slots`` runs were under way."""
+        events = sorted([(run.started_at.timestamp(), 1) for run in runs]
+                        + [(run.finished_at.timestamp(), -1) for run in runs])
+        below, running, previous = 0.0, 0, events[0][0]
+        for moment, change in events:
+            if running < slots:
+                below += moment - previous
+            running, previous = running + change, moment
+        return below
+
+    def direct(self, bugs, detector, repeat):
+        for bug_id in bugs:
+            run = (Run.objects.filter(reproducer_version__reproducer__bug__bug_id=bug_id, detector__name=detector,
+                                      variant="buggy").order_by("pk").first())
+            if run is None:
+                raise CommandError(f"No buggy run of {bug_id} under {detector} is stored to time.")
+            execute(run)  # starts the zygote
+            sandbox, whole = [], []
+            for _ in range(repeat):
+                started = time.monotonic()
+                outcome = execute(run)
+                whole.append(time.monotonic() - started)
+                sandbox.append(outcome.wall_seconds)
+                if not outcome.succeeded:
+                    raise CommandError(f"{bug_id}: {outcome.failure_reason}")
+            self.stdout.write(f"{bug_id} under {detector}, {repeat} runs: median sandbox "
+                              f"{statistics.median(sandbox):.3f} s, execute() {statistics.median(whole):.3f} s")
