@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+from core.caching import digest
 from core.enums import Variant
 from runners.models import Run, RunStatus, runs_for_listing
 from runners.selectors import visible_runs
@@ -33,9 +35,33 @@ class InvalidRunList(ValueError):
 
 @dataclass
 class RunList:
-    runs: Any  # the matching runs, for listing, oldest first
     results: Results  # the selection (a stored evaluation, a campaign, or every run)
     narrowed: dict  # {parameter: value} of NARROWING that the query set
+    user: Any
+
+    @cached_property
+    def runs(self):
+        """The matching runs, for listing, oldest first; the judged ones' IDs kept while the selection cannot change
+        (``Results.cached``)."""
+        narrowed, results = self.narrowed, self.results
+        campaign = results.evaluation.campaign_id if results.evaluation else results.campaign_id
+        runs = visible_runs(self.user, Run.objects.filter(status=RunStatus.SUCCEEDED))
+        if campaign is not None:
+            runs = runs.filter(campaign=campaign)
+        if "detector" in narrowed:
+            runs = runs.filter(detector__name=narrowed["detector"])
+        if "bug" in narrowed:
+            runs = runs.filter(reproducer_version__reproducer__bug__bug_id=narrowed["bug"])
+        if "verdict" in narrowed or "variant" in narrowed:
+            matches = VERDICTS[narrowed["verdict"]][1] if "verdict" in narrowed else (lambda row, verdict: True)
+            # judged as the tables judge: a clean pipeline presented as buggy (a scoring campaign's canary) is a
+            # clean run, and counts in no table's clean runs
+            ids = results.cached(f"run-list:{digest(sorted(narrowed.items()))}", lambda: [
+                row["id"] for row, verdict, _ in judged_runs(runs)
+                if narrowed.get("variant", row["variant"]) == row["variant"] == row["presented_as"]
+                and matches(row, verdict)])
+            runs = runs.filter(pk__in=ids)
+        return runs_for_listing(runs).order_by("id")
 
     @property
     def described(self):
@@ -53,7 +79,7 @@ class RunList:
 
 def run_list(query, user):
     """The runs ``query`` names, as ``user`` may see them (NotFound for a selection that does not exist,
-    InvalidRunList for an unknown variant or verdict)."""
+    InvalidRunList for an unknown variant or verdict); they are read when first asked for."""
     narrowed = {name: query[name] for name in NARROWING if query.get(name)}
     if not NAME.fullmatch(narrowed.get("detector", "plain")):
         raise InvalidRunList("detector is a detector's name (letters, digits, - and _)")
@@ -63,21 +89,4 @@ def run_list(query, user):
         raise InvalidRunList(f"variant is one of {', '.join(Variant.values)}")
     if narrowed.get("verdict") not in (None, *VERDICTS):
         raise InvalidRunList(f"verdict is one of {', '.join(VERDICTS)}")
-    results = Results(selection_query(query), user)
-    campaign = results.evaluation.campaign_id if results.evaluation else results.campaign_id
-    runs = visible_runs(user, Run.objects.filter(status=RunStatus.SUCCEEDED))
-    if campaign is not None:
-        runs = runs.filter(campaign=campaign)
-    if "detector" in narrowed:
-        runs = runs.filter(detector__name=narrowed["detector"])
-    if "bug" in narrowed:
-        runs = runs.filter(reproducer_version__reproducer__bug__bug_id=narrowed["bug"])
-    if "verdict" in narrowed or "variant" in narrowed:
-        matches = VERDICTS[narrowed["verdict"]][1] if "verdict" in narrowed else (lambda row, verdict: True)
-        # judged as the tables judge: a clean pipeline presented as buggy (a canary) is a clean run
-        # a clean pipeline presented as buggy (a scoring campaign's canary) counts in no table's clean runs
-        ids = [row["id"] for row, verdict, _ in judged_runs(runs)
-               if narrowed.get("variant", row["variant"]) == row["variant"] == row["presented_as"]
-               and matches(row, verdict)]
-        runs = runs.filter(pk__in=ids)
-    return RunList(runs_for_listing(runs).order_by("id"), results, narrowed)
+    return RunList(Results(selection_query(query), user), narrowed, user)

@@ -142,16 +142,23 @@ def compare_export(request, fmt):
 
 
 def run_list_page(request):
-    """The runs behind a count (evaluation.run_lists), 50 to a page."""
+    """The runs behind a count (evaluation.run_lists), 50 to a page. While the selection cannot change
+    (``Results.cache_key``), each page of the list is rendered once for the same rows it shows (``shown_once``)."""
     try:
         listed = run_list(request.GET, request.user)
     except NotFound as error:
         raise Http404(str(error)) from error
     except InvalidRunList as error:
         return HttpResponseBadRequest(f"Invalid run list: {error}.", content_type="text/plain; charset=utf-8")
-    page = Paginator(listed.runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "evaluation/run_list.html", {"listed": listed, "page_obj": page,
-                                                        "runs": list(page.object_list), "show_bug": True})
+
+    def blocks():
+        page = Paginator(listed.runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+        return rendered_blocks("evaluation/run_list.html", {"listed": listed, "page_obj": page,
+                                                             "runs": list(page.object_list), "show_bug": True}, request)
+
+    selection = listed.results.cache_key
+    return render(request, "page.html", {"blocks": shown_once(request, f"run-list:{selection}", blocks)
+                                         if selection else blocks()})
 
 
 RUNS_PER_PAGE = 50

@@ -2,7 +2,14 @@
 detections, the misses, the false alarms), judged as the tables judge them, 50 to a page; bad input is a clear 400
 or a 404, never a 500."""
 import pytest
+from django.utils import timezone
 
+from evaluation import run_lists
+from evaluation.tables import judged_runs
+from runners.actions.detectors import do_record_detector
+from runners.models import Campaign
+
+from .factories import CampaignFactory, RunFactory
 from .helpers import stored_evaluation, table
 
 pytestmark = pytest.mark.django_db
@@ -47,3 +54,22 @@ def test_bad_input_is_a_clear_error(client, query, status, said):
     stored_evaluation()
     response = client.get("/results/runs/", query)
     assert response.status_code == status and said in response.content.decode()
+
+
+def test_a_selection_that_cannot_change_is_judged_once_and_an_open_one_at_each_request(client, monkeypatch):
+    """The judged runs' IDs are kept while the selection cannot change (a stored evaluation, a completed campaign):
+    with 25,000 runs judging them was most of a list's time. An open campaign's are judged anew each time."""
+    judged = []
+    monkeypatch.setattr(run_lists, "judged_runs", lambda runs: judged.append(1) or judged_runs(runs))
+    evaluation = stored_evaluation()
+    Campaign.objects.filter(pk=evaluation.campaign_id).update(completed_at=timezone.now())
+    query = {"evaluation": evaluation.pk, "detector": "grad_health", "variant": "buggy", "verdict": "detected"}
+    assert listed(client, **query)[1] == listed(client, **query)[1] == [("PUB-1", "buggy", "grad_health")]
+    assert len(judged) == 1
+    open_campaign = CampaignFactory(name="still running")
+    RunFactory(campaign=open_campaign, detector=do_record_detector("grad_health"), status="succeeded", steps=10,
+               trigger_step=3, trigger_time=100.0)
+    RunFactory(campaign=open_campaign, detector=do_record_detector("grad_health"), status="queued", steps=10)
+    for _ in range(2):
+        listed(client, campaign=open_campaign.pk, detector="grad_health", verdict="missed")
+    assert len(judged) == 3
