@@ -231,7 +231,7 @@ def overhead_chart(overhead):
     return Chart("overhead-chart", as_dict(figure), table_id="overhead")
 
 
-LABELLED = 5  # drop-in points named on the plot: the top of the leaderboard
+LABELLED = 3  # drop-in points named on the plot: the top three of the leaderboard (ties included)
 
 
 def detection_against_false_positives(board):
@@ -239,20 +239,25 @@ def detection_against_false_positives(board):
     rate on clean runs, each with its Wilson 95% interval as whiskers; drop-in and opt-in detectors as two traces.
     The best corner is top left. ``board``: an ``evaluation.leaderboard.Leaderboard``."""
     figure = go.Figure()
-    rows = []
+    rows, highest = [], 0.0
     for name, standings, colour, symbol in (("drop-in", board.ranked, PALETTE[0], "circle"),
                                             ("opt-in (ranked apart)", board.opt_in, "#7f8c8d", "diamond")):
         points = [(s, s.beyond_fixed_interval, s.false_positives) for s in standings
                   if s.beyond_fixed_interval and s.false_positives]
         if not points:
             continue
+        # names written beside the leaders and the opt-in points only: the rest crowd the origin (their names are in
+        # the hover and the table); from left to right, above and below their points in turn, so that neighbours'
+        # names do not overlap
+        text = [label(s.detector) if name != "drop-in" or (s.rank or LABELLED + 1) <= LABELLED else ""
+                for s, _, _ in points]
+        named = sorted((fp["fp_rate"], index) for index, (_, _, fp) in enumerate(points) if text[index])
+        above = {index: turn % 2 == 0 for turn, (_, index) in enumerate(named)}
         figure.add_trace(go.Scatter(
-            name=name, mode="markers+text", cliponaxis=False, textposition="top center",
+            name=name, mode="markers+text", cliponaxis=False,
+            textposition=["top center" if above.get(index, True) else "bottom center" for index in range(len(points))],
             x=[fp["fp_rate"] for _, _, fp in points], y=[share[0] for _, share, _ in points],
-            # names written beside the leaders and the opt-in points only: the rest crowd the origin (their names
-            # are in the hover and the table)
-            text=[label(s.detector) if name != "drop-in" or (s.rank or LABELLED + 1) <= LABELLED else ""
-                  for s, _, _ in points], marker={"color": colour, "size": 10, "symbol": symbol},
+            text=text, marker={"color": colour, "size": 10, "symbol": symbol},
             error_x={"type": "data", "symmetric": False, "width": 0, "thickness": 1,
                      "array": [fp["fp_ci_high"] - fp["fp_rate"] for *_, fp in points],
                      "arrayminus": [fp["fp_rate"] - fp["fp_ci_low"] for *_, fp in points]},
@@ -263,13 +268,15 @@ def detection_against_false_positives(board):
             hovertext=[label(s.detector) for s, _, _ in points],
             hovertemplate="%{hovertext}: caught %{customdata[0]}/%{customdata[1]} bugs beyond the fixed twin, "
                           "false alarms on %{customdata[2]}/%{customdata[3]} clean runs<extra></extra>"))
+        highest = max([highest, *(share[2] for _, share, _ in points)])
         rows += [[s.detector, name, f"{s.beyond_fixed}/{s.bugs}", f"{share[0]} [{share[1]}, {share[2]}]",
                   f"{fp['fp_rate']} [{fp['fp_ci_low']}, {fp['fp_ci_high']}]"] for s, share, fp in points]
     figure.update_layout(**LAYOUT, height=420, legend={"orientation": "h", "y": -0.2},
                          xaxis={"title": {"text": "false-positive rate on clean runs"}, "tickformat": ".0%",
                                 "range": [-0.03, 1.03]},
+                         # up to the highest interval's top: the points, most of them near the origin, spread out
                          yaxis={"title": {"text": "bugs caught beyond the fixed twin"}, "tickformat": ".0%",
-                                "range": [-0.03, 1.03]})
+                                "range": [-0.03, min(1.03, highest + 0.08)]})
     return Chart("detection-against-false-positives", as_dict(figure),
                  columns=["detector", "integration", "bugs caught beyond the fixed twin", "detection [Wilson 95%]",
                           "FP rate [Wilson 95%]"], rows=rows, rows_total=len(rows))

@@ -50,6 +50,9 @@ def test_the_plot_puts_each_detector_at_its_detection_and_false_alarm_rate(clien
                       "opt-in (ranked apart)": {"differential": (0.0, 1.0)}}
     whiskers = plot["data"][0]["error_y"]
     assert whiskers["array"][1] == pytest.approx(0.405) and whiskers["arrayminus"][1] == pytest.approx(0.405)
+    # named from left to right, above and below their points in turn; the height reaches the highest whisker's top
+    assert plot["data"][0]["textposition"] == ["top center", "bottom center"]
+    assert plot["layout"]["yaxis"]["range"] == [-0.03, 1.03]
 
 
 def test_with_nothing_stored_the_front_door_says_how_to_get_numbers(client):
