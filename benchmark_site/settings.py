@@ -394,7 +394,6 @@ SPECTACULAR_SETTINGS = {
 # --- Celery: the broker is transport, never truth. ---
 BROKER_DIR = VAR_DIR / "broker"  # its folders are made as the Celery app is configured (benchmark_site/celery.py)
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds no more runs than it has slots: the others go to idle workers
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "control_folder": str(BROKER_DIR / "control"),  # kombu's default is ./control, in the checkout
@@ -403,18 +402,16 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
         # kombu reads the queue folder once a second by default: with warm runs under a second, that was the
-        # slowest step of a local campaign (docs/performance.md)
+        # slowest step of a local campaign (docs/performance.md); every 0.02 s would take 1.4 % of a core while the
+        # worker is idle, against 0.3 % (the quickstart's worker holds a run ahead instead)
         "polling_interval": 0.1,
     }
-    # The broker of one machine's own worker: each slot holds its next run, which it starts as soon as the last one
-    # ends, instead of at the next read of the queue folder (50 ms on average: 17 s of the quickstart's 576 runs). A
-    # run held by a worker that dies is queued again by the reconciler, as one being run is.
-    CELERY_WORKER_PREFETCH_MULTIPLIER = 2
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -7,18 +7,19 @@ from bugs.models import ReproducerVersion
 from core.enums import ReviewState
 from evaluation.models import Evaluation
 from runners.models import Campaign, Run, RunStatus
+from runners.selectors import visible_runs
 
 
 def busiest_bug():
-    """(bug ID, its runs) of the bug with the most runs, or None when no bug has run."""
-    row = (Run.objects.filter(reproducer_version__reproducer__bug__isnull=False)
+    """(bug ID, its runs) of the bug with the most runs the public may see, or None when no such bug has run."""
+    row = (visible_runs(None).filter(reproducer_version__reproducer__bug__isnull=False)
            .values("reproducer_version__reproducer__bug__bug_id").annotate(n=Count("id")).order_by("-n").first())
     return (row["reproducer_version__reproducer__bug__bug_id"], row["n"]) if row else None
 
 
 def busiest_detector():
-    """(name, its runs) of the detector with the most runs, or None when nothing has run."""
-    row = Run.objects.values("detector__name").annotate(n=Count("id")).order_by("-n").first()
+    """(name, its runs) of the detector with the most runs the public may see, or None when nothing has run."""
+    row = visible_runs(None).values("detector__name").annotate(n=Count("id")).order_by("-n").first()
     return (row["detector__name"], row["n"]) if row else None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from core.caching import digest
 from core.enums import Variant
@@ -37,15 +36,15 @@ class InvalidRunList(ValueError):
 class RunList:
     results: Results  # the selection (a stored evaluation, a campaign, or every run)
     narrowed: dict  # {parameter: value} of NARROWING that the query set
-    user: Any
 
     @cached_property
     def runs(self):
-        """The matching runs, for listing, oldest first; the judged ones' IDs kept while the selection cannot change
-        (``Results.cached``)."""
+        """The matching runs, for listing, oldest first, as the selection's tables see them (its viewer's runs, so
+        that the judged ones' IDs, kept while the selection cannot change, are the same for every reader of them:
+        ``Results.cached``)."""
         narrowed, results = self.narrowed, self.results
         campaign = results.evaluation.campaign_id if results.evaluation else results.campaign_id
-        runs = visible_runs(self.user, Run.objects.filter(status=RunStatus.SUCCEEDED))
+        runs = visible_runs(results.viewer, Run.objects.filter(status=RunStatus.SUCCEEDED))
         if campaign is not None:
             runs = runs.filter(campaign=campaign)
         if "detector" in narrowed:
@@ -89,4 +88,4 @@ def run_list(query, user):
         raise InvalidRunList(f"variant is one of {', '.join(Variant.values)}")
     if narrowed.get("verdict") not in (None, *VERDICTS):
         raise InvalidRunList(f"verdict is one of {', '.join(VERDICTS)}")
-    return RunList(Results(selection_query(query), user), narrowed, user)
+    return RunList(Results(selection_query(query), user), narrowed)

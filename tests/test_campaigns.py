@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from runners.actions import campaigns as campaign_actions
 from runners.actions.campaigns import do_cancel_campaign, do_create_campaign
 from runners.actions.detectors import do_record_detector
 from runners.forms import parse_seeds
@@ -153,3 +154,22 @@ def test_a_retried_verification_replaces_its_stability_check(version):
     assert do_complete_campaign(campaign)
     assert [check.verdict for check in StabilityCheck.objects.filter(campaign=campaign)] == ["verified"]
     assert version.reproducer.bug.__class__.objects.get(pk=version.reproducer.bug_id).status == "verified"
+
+
+def test_runs_are_queued_a_column_at_a_time_in_the_plans_order(version, monkeypatch,
+                                                                 django_capture_on_commit_callbacks):
+    """A seed's matrix, detector by detector, every program under one before the next: the order the queues keep."""
+    other = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="TEST-D")))
+    detectors = [do_record_detector("plain"), do_record_detector("nan_inf")]
+    plan = CampaignPlan.build([version, other], detectors, ["buggy", "fixed"], [0, 1])
+    sent = []
+    monkeypatch.setattr(campaign_actions.current_app, "send_task", lambda name, args, queue: sent.append(args[0]))
+    with django_capture_on_commit_callbacks(execute=True):
+        campaign = do_create_campaign("ordered", plan, acting_user=MaintainerFactory())
+    runs = {run.pk: run for run in campaign.runs.select_related("detector", "reproducer_version__reproducer__bug")}
+    order = [(runs[pk].seed, runs[pk].detector.name, runs[pk].reproducer_version.reproducer.bug.bug_id,
+              runs[pk].variant) for pk in sent]
+    assert sorted(sent) == sent and len(sent) == 16
+    assert order[:4] == [(0, "plain", "TEST-C", "buggy"), (0, "plain", "TEST-C", "fixed"),
+                         (0, "plain", "TEST-D", "buggy"), (0, "plain", "TEST-D", "fixed")]
+    assert [row[:2] for row in order[4:8]] == [(0, "nan_inf")] * 4 and order[8][:2] == (1, "plain")

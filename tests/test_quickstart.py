@@ -6,6 +6,8 @@ import sys
 import pytest
 from django.conf import settings
 
+from runners.worker.local import worker_command
+
 pytestmark = pytest.mark.integration
 
 
@@ -26,3 +28,11 @@ def test_quickstart_runs_a_campaign_end_to_end_without_servers(tmp_path):
     row = next(line for line in matrix.splitlines() if line.startswith("PT-FORUM-84911"))
     assert "detected 1/1" in row and "FA" not in row  # param_not_updated, and no false alarm anywhere
     assert row.count("missed 0/1") == 2  # nan_inf and plain
+
+
+def test_only_a_worker_that_asks_holds_a_run_ahead_per_slot():
+    """The quickstart's worker, alone on its broker, holds its next run per slot (--prefetch-multiplier 2); every
+    other local worker keeps the settings' one, so that a queued run waits for whichever worker is free."""
+    command = worker_command(concurrency=2, prefetch_multiplier=2)
+    assert command[command.index("--prefetch-multiplier") + 1] == "2"
+    assert "--prefetch-multiplier" not in worker_command(concurrency=2)

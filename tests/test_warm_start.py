@@ -4,6 +4,7 @@ sandbox) and warm (forked from the zygote that has imported torch), give the sam
 same per-step losses. Multi-rank reproducers' ranks are forked from the warm process too (runners.executor), which
 the last test sees from inside the ranks."""
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from django.conf import settings
 from bugs.catalog import PIPELINES_DIR, do_load_catalog
 from runners.actions.detectors import do_record_detector
 from runners.execution import execute
+from runners.executor import Limits, Preload, run_sandboxed
 from runners.models import Run
 from runners.selectors import runnable_versions
 
@@ -114,3 +116,24 @@ def test_the_ranks_of_a_warm_run_are_forked_from_it_and_those_of_a_cold_one_spaw
         outcome = run_once(version, "fixed", warm=warm, settings=settings, steps=2)
         assert sorted((record["step"], record["rank"]) for record in outcome.steps) == [(0, 0), (0, 1), (1, 0), (1, 1)]
         assert {record["metrics"]["forked"] for record in outcome.steps} == {float(warm)}, outcome.steps
+
+
+def test_a_warm_run_inherits_a_frozen_heap_and_still_runs_every_finalizer_but_torchs(tmp_path):
+    """The zygote freezes what it imported for the collector and keeps torch's library finalizers from a run's exit
+    (runners.executor.zygote._settle_for_forks); the run's own finalizers and atexit functions run, and so do the
+    preload's other finalizers."""
+    (tmp_path / "repro.py").write_text(
+        "import atexit, gc, weakref\n"
+        "class Held: pass\n"
+        "held = Held()\n"
+        "weakref.finalize(held, print, 'the run\\'s finalizer ran')\n"
+        "atexit.register(print, 'the run\\'s atexit function ran')\n"
+        "print('frozen objects:', gc.get_freeze_count())\n")
+    result = run_sandboxed([sys.executable, str(tmp_path / "repro.py")], tmp_path, {"HOME": str(tmp_path)},
+                           Limits(time_limit_seconds=60, memory_mb=2048), warm=True,
+                           preload=Preload("flushed", "tests.zygote_preloads:torch_with_a_flush_at_exit"))
+    assert result.ending() is None and result.started_warm, result.stderr
+    lines = result.stdout.splitlines()
+    assert int(lines[0].removeprefix("frozen objects: ")) > 10_000  # torch's objects, frozen in the zygote
+    assert set(lines[1:]) == {"the run's atexit function ran", "the run's finalizer ran",
+                              "the preload's finalizer ran"}

@@ -16,3 +16,21 @@ def torch_with_every_call_traced():
 
     torch.set_num_threads = traced(torch.set_num_threads)
     torch._C.set_num_threads = traced(torch._C.set_num_threads)
+
+
+class _Flushed:
+    """What a preload keeps for the process's life (a buffer, say), flushed by a finalizer at exit."""
+
+
+_kept = None
+
+
+def torch_with_a_flush_at_exit():
+    """torch, and a finalizer of the preload's own that says so at exit (not torch's: it must still run in a run)."""
+    import weakref
+
+    import torch  # noqa: F401
+
+    global _kept
+    _kept = _Flushed()
+    weakref.finalize(_kept, print, "the preload's finalizer ran")

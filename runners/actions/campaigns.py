@@ -173,8 +173,9 @@ def do_start_verification(versions: Sequence[ReproducerVersion], seeds: int = 3,
 
 
 def enqueue_runs(run_ids: Iterable[int]) -> None:
-    """Send each run's ID to its queue, for the task named ``EXECUTE_RUN``."""
-    for run_id, queue in Run.objects.filter(pk__in=run_ids).values_list("id", "queue"):
+    """Send each run's ID to its queue, for the task named ``EXECUTE_RUN``, in the order of their IDs: a campaign's
+    runs are made in its plan's order (runners.plans), which the queues keep."""
+    for run_id, queue in Run.objects.filter(pk__in=run_ids).order_by("id").values_list("id", "queue"):
         current_app.send_task(EXECUTE_RUN, args=[run_id], queue=queue)
 
 

@@ -208,8 +208,10 @@ def warm_torch() -> None:
     # The first optimizer a process builds imports torch._dynamo, torch._inductor and sympy (about 3 s here).
     # A one-element tensor runs no parallel kernel: the zygote starts no thread pool a fork would break.
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    # What ``torch.compile`` imports on its first call (Dynamo's tracer, AOTAutograd, Inductor's compiler and cache):
-    # about 1 s of every run of a program that compiles, even one whose kernels are all in its cache.
+    # What ``torch.compile`` imports on its first call (Dynamo's tracer, AOTAutograd, Inductor's compiler and cache:
+    # 0.96 s, 653 modules), and some programs that never compile reach too: a cached run of PT-197888 is 0.8 s
+    # shorter with them here, and the quickstart's runs of five programs 46 run-seconds in all; a run that needs none
+    # of it forks from a larger zygote (350 MB against 298), 0.01 to 0.02 s longer (docs/performance.md).
     import torch._dynamo.convert_frame  # noqa: F401
     import torch._functorch.aot_autograd  # noqa: F401
     import torch._inductor.codecache  # noqa: F401
@@ -416,13 +418,19 @@ def main() -> None:
 def _settle_for_forks() -> None:
     """What the preload made belongs to the zygote; every run forked from it would otherwise pay for it again.
 
-    * Its objects move to the collector's permanent generation (``gc.freeze``, what pre-forking servers do): a
-      collection in a run no longer walks torch's objects, writing to each one's header and so copying every page of
-      the zygote's heap (0.17 s of a single-rank run here, and 0.38 s of a two-rank one).
-    * Its finalizers no longer run at a run's exit: torch registers one per operator library (about 170) that takes
-      the library's registrations down, 50 ms of work at the end of a process that then ends. The run's own
-      finalizers, and every ``atexit`` function, still run.
+    * Its objects move to the collector's permanent generation (``gc.freeze``, what pre-forking servers do), after a
+      collection of its garbage: a collection in a run no longer walks torch's objects, writing to each one's
+      header and so copying every page of the zygote's heap (0.17 s of a single-rank run here, and 0.38 s of a
+      two-rank one).
+    * torch's finalizers no longer run at a run's exit: one per operator library (188)
+      takes the library's registrations down, 50 ms of work at the end of a process that then ends. Only torch's: a
+      preload's other finalizers (a flush, say) still run at a run's exit, as do the run's own and every ``atexit``
+      function.
     """
+    gc.collect()
     gc.freeze()
     for finalizer in list(weakref.finalize._registry):  # type: ignore[attr-defined]  # no public way to list them
-        finalizer.atexit = False
+        held = finalizer.peek()  # (object, function, args, kwargs); None once its object is gone
+        module = (getattr(held[1], "__module__", None) or "") if held else ""
+        if module == "torch" or module.startswith("torch."):
+            finalizer.atexit = False

@@ -16,9 +16,10 @@ from core.cli import exit_on_sigterm
 from ..progress import wait_for_campaign
 
 
-def worker_command(queues="cpu", name="local", concurrency=1):
+def worker_command(queues="cpu", name="local", concurrency=1, prefetch_multiplier=None):
     return [sys.executable, "-m", "celery", "-A", "benchmark_site", "worker", "-Q", queues,
             "--concurrency", str(concurrency),
+            *(["--prefetch-multiplier", str(prefetch_multiplier)] if prefetch_multiplier else []),
             "--pool", "prefork", "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
 
@@ -33,15 +34,16 @@ def database_url(settings_dict):
     return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
 
 
-def start_worker(log_path, queues="cpu", name="local", concurrency=1):
+def start_worker(log_path, queues="cpu", name="local", concurrency=1, prefetch_multiplier=None):
     """A worker on the same database, broker and var directory as this process.
-    Runs one at a time by default, so that timings are not disturbed by a neighbour."""
+    Runs one at a time by default, so that timings are not disturbed by a neighbour. ``prefetch_multiplier``: the
+    runs it holds per slot (default: the settings', one)."""
     env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "SILENTBENCH_VAR_DIR": str(settings.VAR_DIR)}
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    return subprocess.Popen(worker_command(queues, name, concurrency), cwd=settings.BASE_DIR, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(worker_command(queues, name, concurrency, prefetch_multiplier), cwd=settings.BASE_DIR,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @contextmanager

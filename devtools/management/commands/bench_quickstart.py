@@ -7,7 +7,8 @@ asserts. Time the quickstart itself, then read it:
 Per campaign (the newest named "quickstart", or --campaign): its span from first claim to last result; the
 run-seconds from claim to result, in the sandbox (``Run.wall_seconds``) and the reproducers' own (first to last step
 record, over all ranks); the median sandbox time beyond the reproducer's own, by world size; the gap from a run's
-result to the next claim; how long fewer than two runs were under way; the programs that cost the most.
+result to the next claim; how long fewer than --slots runs were under way; the programs that cost the most. Every run
+that ran counts in the time; the sandbox figures are the succeeded runs'.
 
 ``--direct BUG,...`` times ``runners.execution.execute`` in this process instead, --repeat times on one stored
 buggy run of each bug under ``--detector`` (after one untimed run that starts the zygote): the sealed run alone,
@@ -41,43 +42,50 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--campaign", type=int, help="a campaign's ID (default: the newest named quickstart)")
         parser.add_argument("--top", type=positive_int, default=8, help="programs listed by their cost")
+        parser.add_argument("--slots", type=positive_int, default=2,
+                            help="runs at a time the campaign had (the quickstart's default: one per core)")
         parser.add_argument("--direct", type=comma_list, help="bug IDs whose runs are timed through execute()")
         parser.add_argument("--detector", default="plain", help="with --direct: the detector of the runs timed")
         parser.add_argument("--repeat", type=positive_int, default=10, help="with --direct: timed runs per bug")
 
-    def handle(self, *args, campaign, top, direct, detector, repeat, **options):
+    def handle(self, *args, campaign, top, slots, direct, detector, repeat, **options):
         if direct:
             return self.direct(direct, detector, repeat)
         chosen = (Campaign.objects.filter(pk=campaign) if campaign
                   else Campaign.objects.filter(name="quickstart").order_by("-pk")).first()
         if chosen is None:
             raise CommandError("No such campaign: run `manage.py quickstart --no-serve` first, or give --campaign.")
-        runs = list(chosen.runs.filter(status=RunStatus.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False)
-                    .select_related("reproducer_version__reproducer__bug"))
+        # every run that ran counts in the time (a failed one held its slot too); the sandbox figures are of those
+        # that succeeded
+        ran = list(chosen.runs.filter(started_at__isnull=False, finished_at__isnull=False)
+                   .select_related("reproducer_version__reproducer__bug"))
+        runs = [run for run in ran if run.status == RunStatus.SUCCEEDED]
         if not runs:
             raise CommandError(f"Campaign #{chosen.pk} has no succeeded run to read.")
-        starts = sorted(run.started_at.timestamp() for run in runs)
-        ends = [run.finished_at.timestamp() for run in runs]
-        claimed = [end - run.started_at.timestamp() for run, end in zip(runs, ends)]
+        starts = sorted(run.started_at.timestamp() for run in ran)
+        ends = [run.finished_at.timestamp() for run in ran]
+        claimed = [end - run.started_at.timestamp() for run, end in zip(ran, ends)]
         sandbox = [run.wall_seconds or 0.0 for run in runs]
         own = [own_seconds(run) for run in runs]
         write = self.stdout.write
-        write(f"Campaign #{chosen.pk} ({chosen.name}): {len(runs)} succeeded runs of {chosen.runs.count()}.")
+        write(f"Campaign #{chosen.pk} ({chosen.name}): {len(runs)} succeeded runs of {chosen.runs.count()}, "
+              f"{len(ran)} ran.")
         write(f"span, first claim to last result: {max(ends) - starts[0]:.1f} s")
-        write(f"run-seconds, claim to result: {sum(claimed):.0f}; in the sandbox: {sum(sandbox):.0f}; "
-              f"the reproducers' own: {sum(own):.0f}")
+        write(f"run-seconds, claim to result: {sum(claimed):.0f}; succeeded runs in the sandbox: {sum(sandbox):.0f}, "
+              f"of which the reproducers' own: {sum(own):.0f}")
         by_size = defaultdict(list)
         for run, seconds, mine in zip(runs, sandbox, own):
             by_size[world_size(run)].append(seconds - mine)
         for size, beyond in sorted(by_size.items()):
             write(f"median sandbox time beyond the reproducer's own, {size} rank(s): {statistics.median(beyond):.3f} s "
                   f"(n = {len(beyond)})")
+        # to the next claim by any slot: one that has just stored a result claims the next run, unless another was free
         gaps = [starts[index] - end for end in ends if (index := bisect.bisect_right(starts, end)) < len(starts)]
         if gaps:
             write(f"gap from a result to the next claim: median {statistics.median(gaps):.3f} s, sum {sum(gaps):.1f} s")
-        write(f"time with fewer than two runs under way: {self.time_below(runs, 2):.1f} s")
+        write(f"time with fewer than {slots} runs under way: {self.time_below(ran, slots):.1f} s")
         cost = defaultdict(float)
-        for run, seconds in zip(runs, claimed):
+        for run, seconds in zip(ran, claimed):
             reproducer = run.reproducer_version.reproducer
             cost[reproducer.bug.bug_id if reproducer.bug else str(reproducer)] += seconds
         write("costliest programs (run-seconds, claim to result):")
