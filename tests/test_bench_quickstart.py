@@ -6,14 +6,17 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from runners.models import RunStatus
-from tests.factories import CampaignFactory, RunFactory
+from tests.factories import CampaignFactory, ReproducerVersionFactory, RunFactory
 
 START = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
 
 
-def timed_run(campaign, start, claim_to_result, sandbox, steps, status=RunStatus.SUCCEEDED):
-    """A run claimed ``start`` s after START, with step records at the (rank, time) pairs ``steps``."""
-    return RunFactory(campaign=campaign, status=status, started_at=START + timedelta(seconds=start),
+def timed_run(campaign, start, claim_to_result, sandbox, steps, status=RunStatus.SUCCEEDED, world_size=1):
+    """A run claimed ``start`` s after START, with step records at the (rank, time) pairs ``steps``, of a version
+    whose manifest declares ``world_size`` ranks."""
+    manifest = {**ReproducerVersionFactory.build().manifest, "needs": {"world_size": world_size}}
+    return RunFactory(campaign=campaign, status=status, reproducer_version=ReproducerVersionFactory(manifest=manifest),
+                      started_at=START + timedelta(seconds=start),
                       finished_at=START + timedelta(seconds=start + claim_to_result), wall_seconds=sandbox,
                       step_records=[{"step": 0, "rank": rank, "loss": 1.0, "time": moment} for rank, moment in steps])
 
@@ -22,7 +25,7 @@ def timed_run(campaign, start, claim_to_result, sandbox, steps, status=RunStatus
 def test_bench_quickstart_reads_where_the_time_went(capsys):
     campaign = CampaignFactory(name="quickstart")
     timed_run(campaign, 0.0, 1.0, 0.9, [(0, 100.0), (0, 100.4)])  # own 0.4 s: 0.5 s beyond it
-    timed_run(campaign, 0.2, 2.0, 1.8, [(0, 50.0), (1, 50.2), (0, 51.0)])  # two ranks, own 1.0 s: 0.8 s beyond
+    timed_run(campaign, 0.2, 2.0, 1.8, [(0, 50.0), (1, 50.2), (0, 51.0)], world_size=2)  # own 1.0 s: 0.8 s beyond
     timed_run(campaign, 1.1, 0.5, 0.4, [])  # claimed 0.1 s after the first run's result; ends at 1.6 s
     timed_run(campaign, 1.8, 0.2, 0.1, [], status=RunStatus.FAILED)  # held a slot: in the time, not the sandbox
     call_command("bench_quickstart")

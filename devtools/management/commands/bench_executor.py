@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from core.cli import comma_list, int_list, positive_int
 from core.enums import Variant
+from devtools.run_times import own_seconds, world_size
 from runners.actions.campaigns import do_create_campaign
 from runners.actions.detectors import do_record_detector
 from runners.detector_versions.fitting import ensure_fit, is_fit_reference
@@ -63,17 +64,6 @@ def environment_variable(name, value):
             os.environ.pop(name, None)
         else:
             os.environ[name] = previous
-
-
-def world_size(version):
-    return int(((version.manifest or {}).get("needs") or {}).get("world_size") or 1)
-
-
-def own_seconds(run):
-    """The reproducer's own time: first to last step record, all ranks; None without two timed records."""
-    times = [record["time"] for record in run.step_records or ()
-             if isinstance(record, dict) and isinstance(record.get("time"), (int, float))]
-    return max(times) - min(times) if len(times) >= 2 else None
 
 
 def step_losses(run):

@@ -6,9 +6,9 @@ asserts. Time the quickstart itself, then read it:
 
 Per campaign (the newest named "quickstart", or --campaign): its span from first claim to last result; the
 run-seconds from claim to result, in the sandbox (``Run.wall_seconds``) and the reproducers' own (first to last step
-record, over all ranks); the median sandbox time beyond the reproducer's own, by world size; the gap from a run's
-result to the next claim; how long fewer than --slots runs were under way; the programs that cost the most. Every run
-that ran counts in the time; the sandbox figures are the succeeded runs'.
+record, over all ranks); the median sandbox time beyond the reproducer's own, by the world size its manifest
+declares; the gap from a run's result to the next claim; how long fewer than --slots runs were under way; the
+programs that cost the most. Every run that ran counts in the time; the sandbox figures are the succeeded runs'.
 
 ``--direct BUG,...`` times ``runners.execution.execute`` in this process instead, --repeat times on one stored
 buggy run of each bug under ``--detector`` (after one untimed run that starts the zygote): the sealed run alone,
@@ -22,18 +22,9 @@ from collections import defaultdict
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, positive_int
+from devtools.run_times import own_seconds, world_size
 from runners.execution import execute
 from runners.models import Campaign, Run, RunStatus
-
-
-def own_seconds(run):
-    """The reproducer's own time: its first to its last step record, over all ranks."""
-    times = [record["time"] for record in run.step_records if isinstance(record.get("time"), (int, float))]
-    return max(times) - min(times) if times else 0.0
-
-
-def world_size(run):
-    return len({record.get("rank", 0) for record in run.step_records}) or 1
 
 
 class Command(BaseCommand):
@@ -66,7 +57,7 @@ class Command(BaseCommand):
         ends = [run.finished_at.timestamp() for run in ran]
         claimed = [end - run.started_at.timestamp() for run, end in zip(ran, ends)]
         sandbox = [run.wall_seconds or 0.0 for run in runs]
-        own = [own_seconds(run) for run in runs]
+        own = [own_seconds(run) or 0.0 for run in runs]  # without two timed records, all of it is beyond
         write = self.stdout.write
         write(f"Campaign #{chosen.pk} ({chosen.name}): {len(runs)} succeeded runs of {chosen.runs.count()}, "
               f"{len(ran)} ran.")
@@ -75,7 +66,7 @@ class Command(BaseCommand):
               f"of which the reproducers' own: {sum(own):.0f}")
         by_size = defaultdict(list)
         for run, seconds, mine in zip(runs, sandbox, own):
-            by_size[world_size(run)].append(seconds - mine)
+            by_size[world_size(run.reproducer_version)].append(seconds - mine)
         for size, beyond in sorted(by_size.items()):
             write(f"median sandbox time beyond the reproducer's own, {size} rank(s): {statistics.median(beyond):.3f} s "
                   f"(n = {len(beyond)})")

@@ -50,8 +50,9 @@ class Command(BaseCommand):
         try:
             # Each slot holds its next run and starts it as soon as its last one ends, instead of at the broker's
             # next read of its queue folder (every 0.1 s: 17 s of the matrix). The worker is the only one on this
-            # broker; should it die, the quickstart stops, and the runs it held are queued again by the reconciler
-            # at the next worker's start, as those it was running are.
+            # broker; should it die, the quickstart stops. The run it was running is queued again as the next worker
+            # starts; the runs it held, at a worker's start once they have waited for a message longer than
+            # SILENTBENCH_REQUEUE_QUEUED_AFTER_SECONDS (runners.reconciler).
             with local_worker(logs / "worker.log", concurrency=concurrency, prefetch_multiplier=2) as worker:
                 if not no_serve:
                     web = subprocess.Popen(
