@@ -201,6 +201,7 @@ INSTALLED_APPS = [
     "bugs",
     "runners",
     "evaluation",
+    "sensitivity",
     "accounts",
 ]
 if not PRODUCTION:  # benchmarks, synthetic history, screenshots: development and tests only
@@ -287,7 +288,10 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = True
+# Locally the finders serve the files as they are. In production collectstatic has run (the web image runs it) and
+# WhiteNoise serves what it wrote, with the compressed copies: finders there would shadow them with the plain sources
+# (the web container served every stylesheet and script uncompressed).
+WHITENOISE_USE_FINDERS = not PRODUCTION
 # Files served at the site's root: /favicon.ico, which browsers ask for on pages that name no icon (JSON, the admin).
 WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 

@@ -30,6 +30,7 @@ urlpatterns = [
     path("", include("bugs.urls")),
     path("", include("runners.urls")),
     path("results/", include("evaluation.urls")),
+    path("sensitivity/", include("sensitivity.urls")),
     path("leaderboard/", evaluation_views.leaderboard, name="leaderboard"),
     path("leaderboard/entries.<slug:fmt>", evaluation_views.leaderboard_entries_download, name="leaderboard-entries"),
     path("leaderboard/entries/<int:pk>/", evaluation_views.leaderboard_entry, name="leaderboard-entry"),

@@ -26,6 +26,7 @@ from .models import (
     Reproducer,
     ReproducerVersion,
     Reproduction,
+    Track,
     validate_bug_id,
 )
 from .submissions import MANIFEST_NAME, manifest_problems
@@ -179,19 +180,26 @@ def do_load_catalog(root, *, acting_user=None):
 
 def _load_reproducer(bug, folder, summary, acting_user):
     manifest, files = parse_reproducer_folder(folder, reproduces_bug=bug is not None)
+    load_reproducer_version(bug, folder.name, manifest, files, summary, acting_user,
+                            source=f"catalog/{folder.parent.name}/{folder.name}")
+
+
+def load_reproducer_version(bug, name, manifest, files, summary, acting_user, *, source, track=Track.CATALOG):
+    """The reproducer ``name`` (of ``bug``, or of none) made or brought up to date from a checked manifest, and its
+    files loaded as a new approved version unless that content is already one; returns the reproducer."""
     fields = reproducer_fields(manifest)
-    reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=folder.name, defaults=fields)
+    reproducer, created = Reproducer.objects.get_or_create(bug=bug, name=name, track=track, defaults=fields)
     if not created and any(getattr(reproducer, k) != v for k, v in fields.items()):
         Reproducer.objects.filter(pk=reproducer.pk).update(**fields)
     digest = content_hash(files, manifest)
     if reproducer.versions.filter(content_hash=digest).exists():
         summary.unchanged += 1
-        return
+        return reproducer
     version = ReproducerVersion.objects.create(
         reproducer=reproducer, content_hash=digest, files=files, manifest=manifest,
         review_state=ReviewState.APPROVED, reviewed_at=timezone.now(), review_note=CATALOG_REVIEW_NOTE,
         **version_fields(manifest),
     )
-    audit.record(acting_user, AuditAction.LOAD, version,
-                 f"loaded {version} from catalog/{folder.parent.name}/{folder.name} ({CATALOG_REVIEW_NOTE})")
+    audit.record(acting_user, AuditAction.LOAD, version, f"loaded {version} from {source} ({CATALOG_REVIEW_NOTE})")
     summary.versions_created.append(f"{reproducer} @ {digest[:12]}")
+    return reproducer

@@ -165,12 +165,29 @@ class OracleSymptom(models.TextChoices):
     REFERENCE_MISMATCH = "reference_mismatch", "Differs from a reference computation"
 
 
+class Track(models.TextChoices):
+    """Which part of the benchmark a reproducer belongs to: the catalog (real bugs and the clean reference pipelines
+    they are measured against), or the sensitivity track (mutants: a clean pipeline with an injected fault, which
+    never count among the real bugs)."""
+    CATALOG = "catalog", "Catalog"
+    SENSITIVITY = "sensitivity", "Sensitivity track"
+
+
+class ReproducerQuerySet(models.QuerySet):
+    def reference_pipelines(self):
+        """The clean reference pipelines: no bug, in the catalog's track."""
+        return self.filter(bug__isnull=True, track=Track.CATALOG)
+
+
 class Reproducer(models.Model):
     """A named way to reproduce a bug (``cpu``, ``cuda``...), or, without a bug, a clean reference
-    pipeline (no fault; only its ``fixed`` variant exists). Its code lives in versions."""
+    pipeline (no fault; only its ``fixed`` variant exists) or a mutant of one (the sensitivity track: ``buggy`` arms
+    the fault, ``fixed`` is the clean twin). Its code lives in versions."""
+    objects = ReproducerQuerySet.as_manager()
 
     bug = models.ForeignKey(Bug, null=True, blank=True, on_delete=models.PROTECT, related_name="reproducers")
-    name = models.SlugField(max_length=50)
+    name = models.SlugField(max_length=64)
+    track = models.CharField(max_length=16, choices=Track.choices, default=Track.CATALOG, db_index=True)
     strategy = models.CharField(max_length=16, choices=[(strategy.value, strategy.label) for strategy in STRATEGIES])
     strategy_note = models.TextField(blank=True)
     oracle_symptom = models.CharField(max_length=32, choices=OracleSymptom.choices, blank=True,
@@ -192,11 +209,13 @@ class Reproducer(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.bug.bug_id}/{self.name}" if self.bug_id else f"pipeline/{self.name}"
+        if self.bug_id:
+            return f"{self.bug.bug_id}/{self.name}"
+        return f"pipeline/{self.name}" if self.track == Track.CATALOG else self.name
 
     @property
     def is_reference_pipeline(self):
-        return self.bug_id is None
+        return self.bug_id is None and self.track == Track.CATALOG
 
     @property
     def variants(self):

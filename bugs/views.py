@@ -159,14 +159,14 @@ def bug_held_out(request, bug_id):
 
 
 def pipeline_list(request):
-    pipelines = (visible_reproducers(request.user).filter(bug__isnull=True)
+    pipelines = (visible_reproducers(request.user).reference_pipelines()
                  .prefetch_related(Prefetch("versions", visible_versions(request.user).defer("files", "manifest")))
                  .order_by("name"))
     return render(request, "bugs/pipeline_list.html", {"pipelines": pipelines})
 
 
 def pipeline_detail(request, name):
-    pipeline = get_object_or_404(visible_reproducers(request.user), bug__isnull=True, name=name)
+    pipeline = get_object_or_404(visible_reproducers(request.user).reference_pipelines(), name=name)
     return render(request, "bugs/pipeline_detail.html", {
         "pipeline": pipeline, "reproducers": reproducer_cards([pipeline], request.user), "pygments_css": pygments_css(),
     })

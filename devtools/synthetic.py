@@ -24,7 +24,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bugs.models import ReproducerVersion
+from bugs.models import ReproducerVersion, Track
 from core.audit import actor_label
 from runners import failures
 from runners.actions.detectors import do_sync_detectors
@@ -132,7 +132,8 @@ def synthetic_environments():
 def latest_versions():
     """The latest approved version of every loaded reproducer, bug reproducers first (runs only ever
     name approved versions)."""
-    latest = (ReproducerVersion.objects.filter(pk__in=ReproducerVersion.objects.approved().latest_ids().values())
+    approved = ReproducerVersion.objects.approved().filter(reproducer__track=Track.CATALOG)
+    latest = (ReproducerVersion.objects.filter(pk__in=approved.latest_ids().values())
               .select_related("reproducer__bug").defer("files"))
     return sorted(latest, key=lambda v: (v.reproducer.is_reference_pipeline, str(v.reproducer)))
 

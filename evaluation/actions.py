@@ -51,8 +51,9 @@ from runners.models import (
 )
 from runners.plans import MAX_STEPS, CampaignPlan
 from runners.selectors import runnable_versions, visible_runs
+from sensitivity.oracle import DEFAULT_QUANTILE
 
-from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation
+from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation, SensitivityEvaluation
 from .published import (
     PUBLISHED_DIR,
     VERSION_FIELDS,
@@ -62,6 +63,7 @@ from .published import (
     snapshot_path,
     write_snapshot,
 )
+from .sensitivity import sensitivity_tables
 from .tables import detection_table, false_positive_table, flakiness_table, judged_runs, latency_table
 from .versions import MATRIX_KEY
 
@@ -101,6 +103,30 @@ def do_store_evaluation(campaign: Campaign, overhead_campaign: Campaign | None, 
         campaign=campaign, overhead_campaign=overhead_campaign, parameters={**parameters, **run_counts(runs)},
         tables={**run_tables(runs), "overhead": overhead, "fits": fits}, wall_seconds=wall_seconds)
     audit.record(acting_user, AuditAction.CREATE, evaluation, f"stored evaluation #{evaluation.pk} of {campaign}")
+    return evaluation
+
+
+def do_store_sensitivity_evaluation(campaign: Campaign, parameters: dict[str, Any], wall_seconds: float, *,
+                                    acting_user: User | None) -> SensitivityEvaluation:
+    """Store a finished sensitivity evaluation with its tables computed from its campaign's runs
+    (evaluation.sensitivity)."""
+    runs = campaign.runs.all()
+    evaluation = SensitivityEvaluation.objects.create(
+        campaign=campaign, parameters={**parameters, **run_counts(runs)},
+        tables=sensitivity_tables(runs, parameters.get("quantile", DEFAULT_QUANTILE)), wall_seconds=wall_seconds)
+    audit.record(acting_user, AuditAction.CREATE, evaluation,
+                 f"stored sensitivity evaluation #{evaluation.pk} of {campaign}")
+    return evaluation
+
+
+def do_retabulate_sensitivity_evaluation(evaluation: SensitivityEvaluation, *,
+                                         acting_user: User | None) -> SensitivityEvaluation:
+    """Recompute a stored sensitivity evaluation's tables from its runs, with the code of now (its quantile kept)."""
+    evaluation.tables = sensitivity_tables(evaluation.campaign.runs.all(),
+                                           evaluation.parameters.get("quantile", DEFAULT_QUANTILE))
+    evaluation.save(update_fields=["tables"])
+    audit.record(acting_user, AuditAction.RETABULATE, evaluation,
+                 f"retabulated sensitivity evaluation #{evaluation.pk} from its runs")
     return evaluation
 
 

@@ -280,3 +280,36 @@ def detection_against_false_positives(board):
     return Chart("detection-against-false-positives", as_dict(figure),
                  columns=["detector", "integration", "bugs caught beyond the fixed twin", "detection [Wilson 95%]",
                           "FP rate [Wilson 95%]"], rows=rows, rows_total=len(rows))
+
+
+def dose_response_chart(dose, fault_class):
+    """Detection rate against severity level, one line per detector, its Wilson 95 % interval as a band; only the
+    levels where some mutant run manifested (a benign level has no rate)."""
+    rows = sorted((row for row in dose if row["fault_class"] == fault_class and row["manifested"]),
+                  key=lambda row: (row["detector"], row["severity_level"]))
+    figure = go.Figure()
+    detectors = sorted({row["detector"] for row in rows})
+    for index, detector in enumerate(detectors):
+        points = [row for row in rows if row["detector"] == detector]
+        levels = [row["severity_level"] for row in points]
+        colour = PALETTE[index % len(PALETTE)]
+        figure.add_trace(go.Scatter(x=levels + levels[::-1],
+                                    y=[row["ci_high"] for row in points] + [row["ci_low"] for row in points][::-1],
+                                    fill="toself", fillcolor=colour, opacity=0.15, line={"width": 0},
+                                    hoverinfo="skip", showlegend=False, legendgroup=detector))
+        figure.add_trace(go.Scatter(
+            x=levels, y=[row["rate"] for row in points], mode="lines+markers", name=label(detector),
+            line={"color": colour}, legendgroup=detector,
+            customdata=[[row["caught"], row["manifested"], row["ci_low"], row["ci_high"]] for row in points],
+            hovertemplate=f"{label(detector)}: severity %{{x}}: %{{y:.0%}} (%{{customdata[0]}}/%{{customdata[1]}} "
+                          "manifested runs caught)<br>Wilson 95% interval %{customdata[2]:.0%} to "
+                          "%{customdata[3]:.0%}<extra></extra>"))
+    figure.update_layout(**LAYOUT, height=420,
+                         xaxis={"title": "severity level (1 = the operator's mildest)", "dtick": 1},
+                         yaxis={"title": "detected", "range": [0, 1.02], "tickformat": ".0%"},
+                         legend={"orientation": "h", "y": -0.25})
+    table = [[row["detector"], row["severity_level"], row["caught"], row["manifested"], row["rate"], row["ci_low"],
+              row["ci_high"], row["benign_runs"]] for row in rows]
+    return Chart(f"dose-response-{fault_class}", as_dict(figure),
+                 ["detector", "severity level", "caught", "manifested", "rate", "ci low", "ci high", "benign runs"],
+                 table)

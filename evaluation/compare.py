@@ -11,8 +11,8 @@ from django import forms
 from core.enums import Variant
 from runners.detectors.plain import PlainBaseline
 from runners.failures import breakdown, failure_counts
-from runners.models import Campaign, Environment, Run
-from runners.selectors import shown_name, visible_campaigns, visible_runs
+from runners.models import Campaign, CampaignPurpose, Environment, Run
+from runners.selectors import outside_sensitivity_track, shown_name, visible_campaigns, visible_runs
 
 from .filters import ResultFilterForm
 from .results import results_viewer
@@ -44,7 +44,8 @@ class Side:
 def side_choices(viewer=None):
     """Grouped choices for a side: campaigns (those ``viewer`` may see), environments, torch versions, GPU models."""
     environments = Environment.objects.order_by("torch", "gpu", "host")
-    campaigns = visible_campaigns(viewer).order_by("-created_at", "-id")[:200]
+    campaigns = (visible_campaigns(viewer).exclude(purpose=CampaignPurpose.SENSITIVITY)
+                 .order_by("-created_at", "-id")[:200])
     return [
         ("Campaign", [(f"campaign:{c.pk}", f"#{c.pk} {shown_name(c, viewer)}") for c in campaigns]),
         ("Environment", [(f"environment:{e.pk}", str(e)) for e in environments]),
@@ -57,21 +58,23 @@ def side_choices(viewer=None):
 
 
 def side(value, viewer=None):
-    """The Side a choice value names, labelled for ``viewer``; LookupError when it names nothing."""
+    """The Side a choice value names, labelled for ``viewer``; LookupError when it names nothing. The sensitivity
+    track's runs (mutants) are on no side: they have tables of their own."""
     kind, _, key = value.partition(":")
+    runs = outside_sensitivity_track(Run.objects.all())
     if kind == "campaign" and key.isdigit():
-        campaign = Campaign.objects.filter(pk=key).first()
+        campaign = Campaign.objects.exclude(purpose=CampaignPurpose.SENSITIVITY).filter(pk=key).first()
         if campaign:
             label = f"campaign #{campaign.pk} {shown_name(campaign, viewer)}"
-            return Side(value, label, Run.objects.filter(campaign=campaign))
+            return Side(value, label, runs.filter(campaign=campaign))
     elif kind == "environment" and key.isdigit():
         environment = Environment.objects.filter(pk=key).first()
         if environment:
-            return Side(value, str(environment), Run.objects.filter(environment=environment))
+            return Side(value, str(environment), runs.filter(environment=environment))
     elif kind == "torch" and key:
-        return Side(value, f"torch {key}", Run.objects.filter(environment__torch=key))
+        return Side(value, f"torch {key}", runs.filter(environment__torch=key))
     elif kind == "gpu":
-        return Side(value, key or "CPU only", Run.objects.filter(environment__gpu=key))
+        return Side(value, key or "CPU only", runs.filter(environment__gpu=key))
     raise LookupError(f"{value!r} names no campaign, environment, torch version or GPU model")
 
 

@@ -33,6 +33,7 @@ from .held_out import Split, held_out_scores
 from .integrity import Integrity, integrity_of
 from .leaderboard import BASELINE, Standing, standings
 from .results import Results, latest_evaluation, results_viewer
+from .sensitivity import entry_sensitivity, leaderboard_sensitivity
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Entry:
     integrity: Integrity | None = None  # what its runs show of it, a submitted version's (evaluation.integrity)
     rank: int | None = None
     links: dict = field(default_factory=dict)
+    sensitivity: dict = field(default_factory=dict)  # its cell of the latest sensitivity evaluation (never ranked)
 
     @property
     def name(self):
@@ -133,6 +135,9 @@ def open_entries(user):
             entry = None
         if entry is not None:
             entries.append(entry)
+    sensitivity_evaluation, cells = leaderboard_sensitivity()  # mutants, never part of the rank
+    for entry in entries:
+        entry.sensitivity = entry_sensitivity(entry.version, sensitivity_evaluation, cells)
     baseline = next((entry for entry in entries if entry.name == BASELINE), None)
     others = [entry for entry in entries if entry.name != BASELINE]
     return (_ranking([e for e in others if e.integration == DROP_IN]),

@@ -33,6 +33,7 @@ verdict to a process of its own.
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from bugs.models import Track
 from core.enums import Variant
 from runners.models import Run, RunStatus
 
@@ -121,7 +122,8 @@ def integrity_of(judged, detector):
             continue
         bug = row["reproducer_version__reproducer__bug__bug_id"]
         last_step = row["steps"] - 1
-        if bug is None:  # a clean pipeline: presented as buggy (a canary) or as fixed
+        if bug is None and row["reproducer_version__reproducer__track"] == Track.CATALOG:
+            # a clean pipeline: presented as buggy (a canary) or as fixed
             alarmed = bool(row["alarms"])
             (canaries if row["presented_as"] == Variant.BUGGY else presented_fixed)[
                 (row["reproducer_version_id"], row["seed"], row["steps"], row["python_environment_id"])] = (

@@ -21,6 +21,7 @@ from runners.detectors.base import DROP_IN, INTEGRATIONS
 
 from .metrics import wilson_interval
 from .results import Results
+from .sensitivity import leaderboard_sensitivity
 from .tables import integration_of
 
 BASELINE = "plain"  # the detector whose runs the overhead pairs compare against (manage.py evaluate)
@@ -46,6 +47,8 @@ class Standing:
     latency: dict = field(default_factory=dict)  # its row of the latency table
     overhead: dict = field(default_factory=dict)  # its row of the overhead table
     links: dict = field(default_factory=dict)  # cell name -> URL of the runs (or the table) behind it
+    # its cell of the latest sensitivity evaluation (evaluation.sensitivity.leaderboard_sensitivity): never ranked
+    sensitivity: dict = field(default_factory=dict)
     rank: int | None = None  # None for the baseline; opt-in detectors have ranks of their own
 
     @property
@@ -69,6 +72,7 @@ class Leaderboard:
     ranked: list  # the drop-in detectors: the headline
     opt_in: list  # every other detector, ranked apart
     baseline: Standing | None
+    sensitivity_evaluation: object = None  # the latest SensitivityEvaluation, whose cells the rows carry
 
     @property
     def evaluation(self):
@@ -109,7 +113,10 @@ def build_leaderboard(query, user, stored_only=False):
     if stored_only and results.evaluation is None:
         return None
     ranked, opt_in, baseline = results.cached("leaderboard", lambda: _ranked(results))
-    return Leaderboard(results, ranked, opt_in, baseline)
+    sensitivity_evaluation, cells = leaderboard_sensitivity()
+    for standing in [*ranked, *opt_in]:
+        standing.sensitivity = cells.get(standing.detector, {})
+    return Leaderboard(results, ranked, opt_in, baseline, sensitivity_evaluation)
 
 
 def _ranked(results):

@@ -6,13 +6,15 @@ status means, the strategies, the oracle) is written here, once."""
 import inspect
 from dataclasses import dataclass
 
+import sensitivity
 from bugs.models import STRATEGIES, Bug, BugStatus, Reproducer, Reproduction
 from core.enums import Variant
 from core.markdown import markdown_html
 from runners.detector_versions import fitting
-from runners.detectors import all_plugins
+from runners.detectors import campaign_plugins
 from runners.detectors.base import DROP_IN, INTEGRATIONS, OPT_IN
 from runners.models import StabilityCheck
+from sensitivity import oracle as sensitivity_oracle
 
 from . import held_out, integrity, leaderboard, metrics, overhead, tables
 
@@ -173,12 +175,17 @@ def sections():
             *doc(integrity), *term("In time", metrics.in_time),
         ), ("evaluation/integrity.py", "evaluation/metrics.py: in_time", "docs/security.md")),
         Section("held-out-bugs", "Held-out bugs", doc(held_out), ("evaluation/held_out.py", "bugs/selectors.py")),
+        Section("sensitivity", "The sensitivity track", (
+            *doc(sensitivity), *term("The noise-calibrated oracle", sensitivity_oracle),
+            f"The stated quantile is {sensitivity_oracle.DEFAULT_QUANTILE:g}.",
+        ), ("sensitivity/__init__.py", "sensitivity/oracle.py", "docs/writing-a-fault-operator.md")),
     )
 
 
 def detectors():
-    """[(name, description, needs_fit, integration)] of every registered detector."""
-    return [(name, plugin.description, plugin.needs_fit, plugin.integration) for name, plugin in all_plugins().items()]
+    """[(name, description, needs_fit, integration)] of every detector a campaign may name."""
+    return [(name, plugin.description, plugin.needs_fit, plugin.integration)
+            for name, plugin in campaign_plugins().items()]
 
 
 def markdown_document():

@@ -122,3 +122,22 @@ class BisectionProbe(models.Model):
 
     def __str__(self):
         return f"{self.release}: {self.outcome or 'pending'}"
+
+
+class SensitivityEvaluation(models.Model):
+    """One run of the sensitivity track (manage.py evaluate_sensitivity): the mutants under every detector it ran,
+    the clean twins, the calibration runs, and the tables computed from them when it finished
+    (evaluation.sensitivity). Apart from ``Evaluation``: mutants are not real bugs, and no real-bug table counts
+    them."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="sensitivity_evaluations")
+    created_at = models.DateTimeField(auto_now_add=True)
+    parameters = models.JSONField(default=dict)
+    tables = models.JSONField(default=dict, help_text="{table name: [records]}")
+    wall_seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"sensitivity evaluation #{self.pk}"

@@ -11,7 +11,7 @@ from bugs.permissions import sees_unreviewed
 from bugs.selectors import held_out_view, visible_bugs
 from core.caching import cached, digest, kept_for_rows, per_request
 from runners.completed import completed_key
-from runners.models import Run, RunStatus
+from runners.models import CampaignPurpose, Run, RunStatus
 from runners.selectors import counted_runs, visible_campaigns
 
 from .filters import ResultFilterForm
@@ -97,7 +97,8 @@ def evaluations_for(viewer, campaigns=None):
 # stored evaluations and completed campaigns: a selection still changing (an open campaign, every run) is computed
 # at each request.
 SHOWN_TABLES = ("bugs.Bug", "bugs.Reproducer", "bugs.ReproducerVersion", "runners.Campaign", "runners.Detector",
-                "runners.DetectorVersion", "runners.Environment", "evaluation.Evaluation")
+                "runners.DetectorVersion", "runners.Environment", "evaluation.Evaluation",
+                "evaluation.SensitivityEvaluation")
 
 
 def shown_once(request, part, compute):
@@ -138,6 +139,9 @@ class Results:
             self.campaign = self.campaigns.filter(pk=campaign_id).first()
             if self.campaign is None:
                 raise NotFound(f"No campaign #{campaign_id}.")
+            if self.campaign.purpose == CampaignPurpose.SENSITIVITY:  # mutants, bundled detectors: its own tables
+                raise NotFound(f"Campaign #{campaign_id} is a sensitivity evaluation's: its tables are at "
+                               "/results/sensitivity/.")
             self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:

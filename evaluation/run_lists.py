@@ -13,7 +13,7 @@ from functools import cached_property
 from core.caching import digest
 from core.enums import Variant
 from runners.models import Run, RunStatus, runs_for_listing
-from runners.selectors import visible_runs
+from runners.selectors import outside_sensitivity_track, visible_runs
 
 from .leaderboard import selection_query
 from .results import Results
@@ -47,6 +47,8 @@ class RunList:
         runs = visible_runs(results.viewer, Run.objects.filter(status=RunStatus.SUCCEEDED))
         if campaign is not None:
             runs = runs.filter(campaign=campaign)
+        else:  # every run, as the live tables count them (runners.selectors.counted_runs)
+            runs = outside_sensitivity_track(runs)
         if "detector" in narrowed:
             runs = runs.filter(detector__name=narrowed["detector"])
         if "bug" in narrowed:

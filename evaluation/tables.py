@@ -3,7 +3,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from bugs.models import BugStatus
+from bugs.models import BugStatus, Track
 from core.caching import per_request
 from core.enums import ReviewState, Variant
 from runners.detectors import all_plugins
@@ -81,12 +81,13 @@ def judged_runs(runs):
             "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
             "reproducer_version__reproducer__bug__status", "reproducer_version_id", "python_environment_id",
-            "detector__code__builtin",
+            "detector__code__builtin", "reproducer_version__reproducer__track",
         )
     )
     for row in rows:
         row["presented_as"] = row["variant"]
-        if row["reproducer_version__reproducer__bug__bug_id"] is None:
+        if row["reproducer_version__reproducer__bug__bug_id"] is None \
+                and row["reproducer_version__reproducer__track"] == Track.CATALOG:  # a clean pipeline, not a mutant
             row["variant"] = Variant.FIXED
     ground_truth(rows)
     alarms = defaultdict(list)

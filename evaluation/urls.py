@@ -13,5 +13,7 @@ urlpatterns = [
     path("bisections/", views.bisections, name="bisections"),
     path("bisections/start/", views.bisection_start, name="bisection-start"),
     path("bisections/<int:pk>/", views.bisection_detail, name="bisection"),
+    path("sensitivity/", views.sensitivity, name="sensitivity"),
+    path("sensitivity/<slug:table>.<slug:fmt>", views.sensitivity_download, name="sensitivity-export"),
     path("<slug:table>.<slug:fmt>", views.export_table, name="export"),
 ]

@@ -70,7 +70,7 @@ def run_headline(run, alarms, fixed_rules=None):
 def judged_variant(run):
     """The variant a run is judged as: a clean pipeline's run is clean, whether it was presented as fixed or as buggy
     (a canary: evaluation.integrity)."""
-    return run.variant if run.reproducer_version.reproducer.bug_id is not None else Variant.FIXED
+    return Variant.FIXED if run.reproducer_version.reproducer.is_reference_pipeline else run.variant
 
 
 def _plain_headline(run):

@@ -11,10 +11,12 @@ from bugs.models import BugStatus
 from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
-from runners.detectors import all_plugins
-from runners.models import Detector, DetectorVersion
+from runners.detectors import all_plugins, campaign_plugins
+from runners.models import CampaignPurpose, Detector, DetectorVersion
 from runners.permissions import TRIGGER_PERMISSION
 
+from . import charts
+from . import sensitivity as sensitivity_page
 from .actions import do_start_bisection
 from .bisections import BisectionForm, bisection_path
 from .charts import (
@@ -32,7 +34,7 @@ from .exports import EXPORT_TABLES, InvalidFilter, results_export
 from .integrity import alarmed_under_every_detector
 from .leaderboard import build_leaderboard, selection_query
 from .methodology import CITATION, detectors, sections
-from .models import Bisection
+from .models import Bisection, SensitivityEvaluation
 from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer, shown_once
 from .run_lists import InvalidRunList, run_list
 from .tables import by_integration, matrix
@@ -64,7 +66,9 @@ def results_context(request):
     return {
         "evaluation": results.evaluation, "results": results, "summary": results.runs_summary(),
         "filter_form": results.form, "filter_fields": filter_fields(results.form, query), "tables_html": tables_html,
-        "campaigns": results.campaigns.order_by("-created_at").only("id", "name")[:50],
+        # a sensitivity campaign's tables are at /results/sensitivity/
+        "campaigns": results.campaigns.exclude(purpose=CampaignPurpose.SENSITIVITY)
+        .order_by("-created_at").only("id", "name")[:50],
         "evaluations": dropdown(results.evaluations),
     }
 
@@ -181,7 +185,7 @@ def home_context(request):
             "chart": board and board.ranked and detection_against_false_positives(board),
             "bugs": visible_bugs(request.user).filter(status__in=IN_THE_BENCHMARK).count(),
             "evaluated_bugs": board and max((standing.bugs for standing in board.ranked), default=0),
-            "detectors": (len(board.ranked) + len(board.opt_in)) if board else len(all_plugins()) - 1,
+            "detectors": (len(board.ranked) + len(board.opt_in)) if board else len(campaign_plugins()) - 1,
             "top": HOME_TOP,
             "evaluation_bibtex": evaluation and evaluation_bibtex(evaluation, evaluation_url(request, evaluation))}
 
@@ -339,3 +343,25 @@ def bisection_detail(request, pk):
     bisection = get_object_or_404(visible_bisections(request.user), pk=pk)
     return render(request, "evaluation/bisection_detail.html", {"bisection": bisection,
                                                                 "path": bisection_path(bisection)})
+
+
+def sensitivity(request):
+    """The latest sensitivity evaluation: its dose-response curves and tables, apart from the real-bug results."""
+    evaluation = SensitivityEvaluation.objects.select_related("campaign").first()
+    context = {"evaluation": evaluation, "tables": sensitivity_page.EXPORTED}
+    if evaluation is not None:
+        tables = {name: evaluation.tables.get(name) or [] for name in sensitivity_page.TABLES}
+        context.update(
+            charts=[(fault_class, charts.dose_response_chart(tables["dose_response"], fault_class))
+                    for fault_class in ("software", "hardware")],
+            thresholds=tables["thresholds"], by_operator=tables["by_operator"], calibration=tables["calibration"],
+            clean_false_alarms=tables["clean_false_alarms"], labelled=len(tables["labels"]),
+            benign=sum(not label["manifested"] for label in tables["labels"]))
+    return render(request, "evaluation/sensitivity.html", context)
+
+
+def sensitivity_download(request, table, fmt):
+    evaluation = SensitivityEvaluation.objects.first()
+    if table not in sensitivity_page.EXPORTED or fmt not in EXPORT_FORMATS or evaluation is None:
+        raise Http404("Unknown table or format, or no sensitivity evaluation stored.")
+    return table_download(sensitivity_page.sensitivity_export(evaluation, table), fmt)

@@ -86,7 +86,7 @@ class DetectorViewSet(viewsets.ReadOnlyModelViewSet):
 class AlarmSerializer(serializers.ModelSerializer):
     class Meta:
         model = Alarm
-        fields = ["id", "run", "step", "rank", "rule", "message", "evidence", "time"]
+        fields = ["id", "run", "step", "rank", "rule", "message", "evidence", "time", "detector"]
 
 
 class AlarmViewSet(viewsets.ReadOnlyModelViewSet):

@@ -24,7 +24,8 @@ def loss_figure(runs_with_alarms):
         by_rank = {}
         for record in run.step_records:
             if isinstance(record.get("loss"), (int, float)):
-                by_rank.setdefault(record["rank"], []).append((record["step"], record["loss"]))
+                # as a float: PostgreSQL's jsonb gives a loss of 1e36 back as an integer, past plotly's JSON engine
+                by_rank.setdefault(record["rank"], []).append((record["step"], float(record["loss"])))
         for rank, points in sorted(by_rank.items()):
             figure.add_trace(go.Scatter(
                 x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",

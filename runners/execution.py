@@ -35,7 +35,7 @@ from .failures import (
     program_failure,
     too_many_records,
 )
-from .report import parse_report
+from .report import MAX_ALARMS, RecordCaps, parse_report
 
 PROBE_DIR = Path(__file__).resolve().parent / "detectors" / "probe"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -243,7 +243,11 @@ def _execute(run, devices, summary):
                                alarm_key="" if cold_reason else alarm_key,
                                probe=PROBE_START if plugin.instruments and not cold_reason else "",
                                devices=device_nodes(devices), python=python)
-        report = parse_report(result.report_text, alarm_key=alarm_key or None)
+        members = set(plugin.members(run.detector.config))  # a bundle's: each alarm keeps the member that raised it
+        report = parse_report(result.report_text, alarm_key=alarm_key or None,
+                              caps=RecordCaps(max_alarms=MAX_ALARMS * max(1, len(members))))
+        for alarm in report.alarms:
+            alarm["detector"] = alarm["detector"] if alarm["detector"] in members else ""
         failure = program_failure(result, limits)
         if failure is None:
             started = time.monotonic()

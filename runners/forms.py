@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from bugs.models import Bug, BugStatus, Reproducer
 from core.enums import ReviewState, Variant
 
-from .detectors import all_plugins
+from .detectors import campaign_plugins
 from .models import PythonEnvironment, RunFailureKind
 from .plans import MAX_SEEDS, MAX_STEPS, CampaignPlan
 
@@ -54,9 +54,9 @@ class CampaignForm(forms.Form):
                 .distinct().order_by("bug_id").values_list("bug_id", "title"))
         self.fields["bugs"].choices = [(bug_id, f"{bug_id}: {title}") for bug_id, title in bugs]
         self.fields["pipelines"].choices = [
-            (name, name) for name in approved.filter(bug__isnull=True).distinct().order_by("name")
+            (name, name) for name in approved.reference_pipelines().distinct().order_by("name")
             .values_list("name", flat=True)]
-        self.fields["detectors"].choices = [(name, name) for name in all_plugins()]
+        self.fields["detectors"].choices = [(name, name) for name in campaign_plugins()]
 
     def clean_seeds(self):
         return parse_seeds(self.cleaned_data["seeds"])

@@ -196,6 +196,7 @@ class CampaignPurpose(models.TextChoices):
     VERIFICATION = "verification", "Verification"
     EVALUATION = "evaluation", "Evaluation"
     SCORING = "scoring", "Detector scoring"  # one approved detector version over the corpus (do_start_scoring)
+    SENSITIVITY = "sensitivity", "Sensitivity evaluation"  # mutants, clean twins, calibration (evaluate_sensitivity)
     # Timed one run at a time by the process that created it (manage.py evaluate), never enqueued.
     OVERHEAD = "overhead", "Overhead measurement"
 
@@ -429,6 +430,9 @@ class Alarm(models.Model):
     message = models.TextField()
     evidence = models.JSONField(default=dict, blank=True)
     time = models.FloatField(null=True, blank=True, help_text="Unix time of the alarm.")
+    detector = models.CharField(
+        max_length=64, blank=True, default="", db_default="",
+        help_text="The member of a bundle that raised it (runners.detectors.bundle); empty: the run's own detector.")
     arrival_step = models.IntegerField(
         null=True, blank=True,
         help_text="The step the program had completed when the worker received the alarm (-1: before its first); "

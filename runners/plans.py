@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 from core.enums import Variant
 
 from .actions.detectors import do_record_detector, do_sync_detectors
-from .detectors import all_plugins
+from .detectors import campaign_plugins
 from .environments.python_environments import default_environment
 from .models import Run, RunStatus
 from .selectors import runnable_versions
@@ -101,11 +101,12 @@ class CampaignPlan:
         if detectors is None:
             records = list(do_sync_detectors().values())
         else:
-            unknown = sorted(set(detectors) - set(all_plugins()))
+            named = campaign_plugins()
+            unknown = sorted(set(detectors) - set(named))
             if unknown:
-                problems["detectors"] = [f"unknown detector {name!r}; registered: {', '.join(all_plugins())}"
+                problems["detectors"] = [f"unknown detector {name!r}; a campaign may name: {', '.join(named)}"
                                          for name in unknown]
-            records = [do_record_detector(name) for name in dict.fromkeys(detectors) if name in all_plugins()]
+            records = [do_record_detector(name) for name in dict.fromkeys(detectors) if name in named]
         try:
             plan = cls.build(versions, records, variants, seeds, steps, skip, environments)
         except ValidationError as error:

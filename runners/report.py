@@ -209,6 +209,7 @@ def _take(report, record, alarm_key, caps, seen):
                     "message": str(record.get("message", ""))[:2000],
                     "evidence": record.get("evidence") if isinstance(record.get("evidence"), dict) else {},
                     "time": _finite(record.get("time")),
+                    "detector": str(record.get("detector", ""))[:64],  # the probe's: a bundle's member (execution)
                 }))
                 seen["progress"].append(dict(seen["completed"]))
     elif event == "compare":

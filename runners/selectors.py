@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from bugs.models import Bug, BugStatus, ReproducerVersion
+from bugs.models import Bug, BugStatus, ReproducerVersion, Track
 from bugs.selectors import held_out_bug_ids, hidden_versions, sees_held_out
 from core.caching import per_request
 
@@ -25,7 +25,7 @@ def runnable_versions(bug_ids: Iterable[str] | None = None, cuda: bool = False,
     """The latest approved version of each reproducer (CPU ones unless ``cuda``), of the given
     bugs or of every bug that is not deprecated; of the clean reference pipelines if ``pipelines``."""
     versions = ReproducerVersion.objects.approved().filter(
-        reproducer__needs_cuda=cuda, reproducer__bug__isnull=pipelines,
+        reproducer__needs_cuda=cuda, reproducer__bug__isnull=pipelines, reproducer__track=Track.CATALOG,
     ).exclude(reproducer__bug__status=BugStatus.DEPRECATED)
     if bug_ids is not None:
         versions = versions.filter(reproducer__bug__bug_id__in=bug_ids)
@@ -72,6 +72,12 @@ def visible_runs(user: AbstractBaseUser | AnonymousUser | None, runs: QuerySet[R
     return runs if hidden is None else runs.exclude(reproducer_version__in=hidden)
 
 
+def outside_sensitivity_track(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """``runs`` but those of sensitivity campaigns (mutants, and clean pipelines at the track's own steps), which
+    count only in the track's own tables (evaluation.sensitivity), never in the live tables of real bugs."""
+    return runs.exclude(campaign__purpose=CampaignPurpose.SENSITIVITY)
+
+
 def visible_alarms(user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Alarm]:
     """The alarms of the runs ``user`` may see."""
     hidden = _hidden_versions_that_ran(user)
@@ -82,8 +88,8 @@ def visible_alarms(user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Al
 def counted_runs(user: AbstractBaseUser | AnonymousUser | None, runs: QuerySet[Run] | None = None) -> QuerySet[Run]:
     """The runs (of ``runs``, default all) whose results count in the aggregate tables ``user`` sees: the visible
     ones and those of held-out bugs, which a false-positive rate or a held-out score counts while their rows stay
-    hidden (evaluation.results); never a run of unreviewed code."""
-    runs = Run.objects.all() if runs is None else runs
+    hidden (evaluation.results); never a run of unreviewed code, nor one of the sensitivity track."""
+    runs = outside_sensitivity_track(Run.objects.all() if runs is None else runs)
     hidden = _hidden_versions_that_ran(user)
     return runs if hidden is None else runs.exclude(reproducer_version__in=_unreviewed(hidden))
 

@@ -24,7 +24,7 @@ from core.caching import cached, digest, kept_for_rows
 from .actions.campaigns import do_cancel_campaign, do_create_campaign, do_retry_failed_runs
 from .charts import loss_figure
 from .completed import cached_status_counts, completed_key
-from .detectors import all_plugins
+from .detectors import campaign_plugins
 from .environments.routing import describe_worker
 from .failures import breakdown, failure_counts
 from .forms import CampaignForm, RetryForm
@@ -71,8 +71,9 @@ def run_detail(request, pk):
 
 def alarm_groups(run):
     """A run's alarms grouped by rule, in the order each first fired: how many, over which steps and ranks, and the
-    first message (60 identical ``replicas_diverged`` alarms took 4,000 px of the page, one row each)."""
-    groups = (run.alarms.order_by().values("rule")
+    first message (60 identical ``replicas_diverged`` alarms took 4,000 px of the page, one row each); in a bundle's
+    run, by the member that raised them too."""
+    groups = (run.alarms.order_by().values("detector", "rule")
               .annotate(count=Count("id"), first_step=Min("step"), last_step=Max("step"), first_rank=Min("rank"),
                         last_rank=Max("rank"), first_id=Min("id")).order_by("first_step", "first_id"))
     groups = list(groups)
@@ -98,7 +99,7 @@ def run_record(request, pk):
         "environment": run.environment and {"host": run.environment.host, "torch": run.environment.torch,
                                             "python": run.environment.python, "gpu": run.environment.gpu},
         **{name: getattr(run, name) for name in (*RUN_RECORD_FIELDS, "stdout", "stderr")},
-        "alarms": list(run.alarms.values(*ALARM_FIELDS)),
+        "alarms": list(run.alarms.values(*ALARM_FIELDS, "detector")),
     }
     response = JsonResponse(record, json_dumps_params={"indent": 1})
     response["Content-Disposition"] = f'attachment; filename="silentbench-run-{run.pk}.json"'
@@ -227,7 +228,7 @@ def campaign_new(request):
         preview["minutes_spread"] = math.ceil(preview["seconds"] / 60 / max(1, preview["workers"]))
     return render(request, "runners/campaign_new.html", {
         "form": form, "preview": preview,
-        "detector_descriptions": [(name, plugin.description) for name, plugin in all_plugins().items()]})
+        "detector_descriptions": [(name, plugin.description) for name, plugin in campaign_plugins().items()]})
 
 
 @require_POST

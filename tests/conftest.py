@@ -1,8 +1,12 @@
+import os
+
 import pytest
 from django.conf import settings
 from django.core.cache import cache
 
 pytest_plugins = ["tests.services"]  # own_postgres, own_redis: private servers for the fault tests
+# The images' tests build and run containers as root: bin/test-images runs them, bin/test leaves them out.
+collect_ignore = [] if os.environ.get("SILENTBENCH_IMAGE_TESTS") == "1" else ["images"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -29,9 +29,10 @@ ALLOWED = {
     "core": set(),
     "bugs": {"core"},
     "runners": {"core", "bugs"},
-    "evaluation": {"core", "bugs", "runners"},
+    "sensitivity": {"core", "bugs", "runners"},
+    "evaluation": {"core", "bugs", "runners", "sensitivity"},
     "accounts": {"core"},
-    "devtools": {"core", "bugs", "runners", "evaluation"},
+    "devtools": {"core", "bugs", "runners", "sensitivity", "evaluation"},
 }
 
 
@@ -170,10 +171,10 @@ def test_nothing_outside_the_executor_imports_its_internals():
     assert not wrong, wrong
 
 
-@pytest.mark.parametrize("folder", ["runners/executor", "runners/detectors"])
+@pytest.mark.parametrize("folder", ["runners/executor", "runners/detectors", "sensitivity/faults"])
 def test_what_runs_in_a_sandbox_imports_no_django_and_nothing_of_the_web(folder):
-    """The executor runs in zygotes of other Python environments (no Django there), and the detector plugins in the
-    reproducer's own process: neither may import Django or a module that does."""
+    """The executor runs in zygotes of other Python environments (no Django there), and the detector plugins and the
+    fault harness and operators in the reproducer's own process: none may import Django or a module that does."""
     allowed = ("runners.executor", "runners.detectors")
     wrong = [(str(path.relative_to(ROOT)), line, named) for path in python_files(folder)
              for line, named in imports_of(path)

@@ -165,3 +165,16 @@ def test_a_huge_latency_plot_keeps_every_value_but_draws_and_lists_fewer_points(
     [trace] = chart.figure["data"]  # the box alone, no points trace
     assert trace["type"] == "box" and len(trace["y"]) == many and trace["boxpoints"] == "outliers"
     assert len(chart.rows) == POINTS_SHOWN and chart.rows_total == many and chart.rows_cut
+
+
+def test_the_loss_chart_takes_a_huge_loss_that_the_database_gave_back_as_an_integer():
+    """PostgreSQL's jsonb writes 1e36 without an exponent, so it comes back as a Python int past 64 bits, which
+    plotly's JSON engine refused (a 500 on the run page of a mutant whose weight's top exponent bit flipped)."""
+    from types import SimpleNamespace
+
+    from runners.charts import loss_figure
+
+    run = SimpleNamespace(variant="buggy", trigger_step=1, step_records=[
+        {"step": 0, "rank": 0, "loss": 2.0}, {"step": 1, "rank": 0, "loss": 10 ** 36}])
+    figure = loss_figure([(run, [])])
+    assert figure["data"][0]["y"] == [2.0, 1e36]

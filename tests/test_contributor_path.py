@@ -25,7 +25,7 @@ from bugs.models import (
 )
 from runners.actions.detectors import do_record_detector
 from runners.detector_versions.registry import config_hash
-from runners.detectors import all_plugins
+from runners.detectors import all_plugins, campaign_plugins
 from runners.models import Detector
 
 from .factories import (
@@ -198,7 +198,9 @@ def listed_detectors(query=""):
 
 
 def test_the_detectors_api_lists_every_registered_detector_without_writing():
-    plugins = all_plugins()
+    """Every detector a campaign may name: the sensitivity track's bundle, which none may, is not listed."""
+    plugins = campaign_plugins()
+    assert "bundle" in all_plugins() and "bundle" not in plugins
     listed = listed_detectors()
     assert [item["name"] for item in listed] == sorted(plugins)
     for item in listed:
@@ -215,7 +217,7 @@ def test_the_detectors_api_merges_recorded_detectors_with_the_registry():
     tuned = do_record_detector("nan_inf", {"check_loss": False})
     gone = Detector.objects.create(name="crystal_ball", version="1", config={}, config_hash=config_hash({}))
     listed = {(item["name"], item["id"]): item for item in listed_detectors()}
-    assert len(listed) == len(all_plugins()) + 2  # the tuned nan_inf and the unregistered one
+    assert len(listed) == len(campaign_plugins()) + 2  # the tuned nan_inf and the unregistered one
     assert listed[("plain", plain.pk)]["current"] and ("plain", None) not in listed
     assert not listed[("nan_inf", tuned.pk)]["current"] and listed[("nan_inf", None)]["current"]
     assert listed[("crystal_ball", gone.pk)]["needs_fit"] is None and not listed[("crystal_ball", gone.pk)]["current"]

@@ -38,6 +38,18 @@ def stages():
     return found
 
 
+def global_arguments():
+    """The Dockerfile's ARGs before its first FROM, with their defaults: {name: default}."""
+    found = {}
+    for item in DockerfileParser(str(DOCKER / "Dockerfile")).structure:
+        if item["instruction"] == "FROM":
+            return found
+        if item["instruction"] == "ARG":
+            name, _, default = item["value"].partition("=")
+            found[name] = default
+    return found
+
+
 def chain(name, all_stages):
     """The instructions that build target ``name``, base stage first."""
     stage = all_stages[name]
@@ -54,13 +66,20 @@ def torch_pin():
     return next(dep.split("==")[1] for dep in dependencies if dep.startswith("torch=="))
 
 
+def test_the_base_image_is_an_argument_whose_default_is_the_official_python_image():
+    """A host without a registry gives bin/build-images' Debian-built base (docker/python.Containerfile)."""
+    assert global_arguments()["BASE_IMAGE"] == "python:3.11-slim-bookworm"
+    containerfile = (DOCKER / "python.Containerfile").read_text()
+    assert "python3.11 -m venv /usr/local" in containerfile  # python, pip and site-packages where the image has them
+
+
 def test_the_dockerfile_parses_into_the_three_targets():
     parser = DockerfileParser(str(DOCKER / "Dockerfile"))
     assert {item["instruction"] for item in parser.structure} <= INSTRUCTIONS
     all_stages = stages()
     assert set(TARGETS) <= set(all_stages)
     for name, stage in all_stages.items():
-        assert stage["parent"] in all_stages or stage["parent"].startswith("python:"), name
+        assert stage["parent"] in all_stages or stage["parent"] == "${BASE_IMAGE}", name
         for instruction, value in stage["instructions"]:
             if instruction in ("CMD", "ENTRYPOINT") or (instruction == "HEALTHCHECK" and '["' in value):
                 exec_form = value[value.index("["):] if instruction == "HEALTHCHECK" else value
@@ -88,7 +107,9 @@ def test_each_image_pins_the_torch_of_pyproject_from_the_right_build(target, ind
     args = dict(value.split("=", 1) for instruction, value in instructions if instruction == "ARG" and "=" in value)
     assert args["TORCH_VERSION"] == torch_pin()
     install = next(value for instruction, value in instructions if instruction == "RUN" and "torch==" in value)
-    assert '"torch==${TORCH_VERSION}"' in install and f"download.pytorch.org{index}" in install
+    index_argument = "TORCH_CUDA_INDEX_URL" if target == "gpu-worker" else "TORCH_INDEX_URL"
+    assert '"torch==${TORCH_VERSION}"' in install and f'--index-url "${{{index_argument}}}"' in install
+    assert args[index_argument] == f"https://download.pytorch.org{index}"
     if target == "gpu-worker":
         assert re.fullmatch(r"cu1\d{2}", args["TORCH_CUDA"])
         env = " ".join(value for instruction, value in instructions if instruction == "ENV")
@@ -105,12 +126,14 @@ def test_dependencies_install_before_the_code_is_copied(target):
     installs = [i for i, (instruction, value) in enumerate(instructions)
                 if instruction == "RUN" and "pip install -r /tmp/requirements.txt" in value]
     assert installs and max(installs) < copy_code
+    # nor any system package after the code: a change of code would install it again (seen: 80 s a build)
+    assert not [value for instruction, value in instructions[copy_code:] if "apt-get" in value]
     assert not any("pip install -e" in value or "pip install ." in value for _, value in instructions)
 
 
 def test_the_build_context_leaves_out_secrets_and_local_state():
     ignored = (ROOT / ".dockerignore").read_text().split()
-    for entry in (".env", "**/.env", ".venv", "var", ".git"):
+    for entry in (".env", "**/.env", ".venv", "var", ".git", ".mypy_cache"):  # mypy's cache: 150 MB in an image
         assert entry in ignored
     assert "docker/.env" in (ROOT / ".gitignore").read_text().split()
 
@@ -126,6 +149,8 @@ def test_compose_wires_every_service_with_health_checks():
             assert service["depends_on"]["db"]["condition"] == "service_healthy"
             assert service["depends_on"]["redis"]["condition"] == "service_healthy"
             assert service["environment"]["CELERY_BROKER_URL"].endswith("@redis:6379/0")
+    for name in ("cpu-worker", "gpu-worker", "reconciler"):  # after the web node migrated the database
+        assert services[name]["depends_on"]["web"]["condition"] == "service_healthy", name
     assert "manage.py reconcile" in " ".join(services["reconciler"]["command"])
     assert "gunicorn" in " ".join(services["web"]["command"]) and "/healthz" in str(services["web"]["healthcheck"])
     assert "-Q cpu " in services["cpu-worker"]["command"][-1]

@@ -179,6 +179,8 @@ SURFACES = [
     Surface("bugs:review", {"pk": "held_version"}, statuses(200, 403, 403), maintainer_sees=ID),
     Surface("bugs:pipelines"),
     Surface("bugs:pipeline", {"name": "pipeline"}),
+    Surface("sensitivity:mutants"),
+    Surface("sensitivity:mutant", {"mutant_id": "MUT-none"}, statuses(404, 404, 404)),  # the world has no mutant
     # --- runs and campaigns ---
     Surface("runners:run", {"pk": "held_buggy_run"}, MAINTAINERS_ONLY, maintainer_sees=ID),
     Surface("runners:run", {"pk": "held_failed_run"}, MAINTAINERS_ONLY, maintainer_sees=ID),
@@ -231,6 +233,8 @@ SURFACES = [
     Surface("evaluation:versions"),
     *exports("evaluation:versions-export", expected=statuses(404, 404, 404)),  # no version-matrix campaign
     Surface("evaluation:bisections"),
+    Surface("evaluation:sensitivity"),
+    *exports("evaluation:sensitivity-export", {"table": "by_class"}, expected=statuses(404, 404, 404)),  # none stored
     Surface("evaluation:bisection-start", expected=statuses(400, 403, 403), method="post", data={"bug": HELD_ID}),
     # --- the API ---
     Surface("api-root"),

@@ -262,6 +262,30 @@ def test_an_unprivileged_worker_runs_an_honest_program_to_its_end(unprivileged):
     assert (result["ending"], result["stdout"].strip(), result["notes"]) == (None, "trained", []), result
 
 
+HIDDEN_WORKER = '''
+import json, sys
+from runners.executor import Limits, Preload, hide_from_reproducers, isolation_layers, run_sandboxed
+hide_from_reproducers()  # as a worker does as it starts (runners.worker)
+workdir = sys.argv[1]
+limits = Limits(time_limit_seconds=60, memory_mb=768, user="")
+result = run_sandboxed(["/usr/bin/python3", "honest.py"], workdir, {"HOME": workdir, "PATH": "/usr/bin:/bin"}, limits,
+                       preload=Preload("none", "os:getpid", packages=()))
+print(json.dumps({"namespaces": isolation_layers()["namespaces"], "error": isolation_layers()["error"],
+                  "layers": result.layers, "ending": result.ending(), "stdout": result.stdout}))
+'''
+
+
+def test_an_unprivileged_worker_that_hid_itself_still_seals_its_runs(unprivileged):
+    """The images' worker (uid 1000) hides itself from its runs as it starts: not dumpable, its /proc files belong to
+    root, and a run's child could not write its own user map (EACCES on /proc/self/setgroups). In a container the
+    worker refused every run as unsealable; the child is dumpable for the three writes only."""
+    package, workdir = unprivileged
+    result = as_unprivileged(HIDDEN_WORKER, package, str(workdir))
+    assert "user" in result["namespaces"] and not result["error"], result
+    assert {"user namespace", "pid namespace", "network namespace"} <= set(result["layers"]), result
+    assert (result["ending"], result["stdout"].strip()) == (None, "trained"), result
+
+
 FAIL_CLOSED = '''
 import ctypes, json, os, signal, socket, sys, time
 from runners.executor.supervisor import _SealedRun

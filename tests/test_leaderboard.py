@@ -10,7 +10,9 @@ from django.urls import reverse
 
 from bugs.models import BugStatus
 from core.enums import ReviewState
+from evaluation.models import SensitivityEvaluation
 from runners.actions.detectors import do_record_detector
+from runners.models import CampaignPurpose
 
 from .factories import (
     AlarmFactory,
@@ -255,3 +257,24 @@ def test_the_ranked_table_comes_first_and_an_empty_table_offers_no_download(clie
     terms = re.search(r'<section id="terms">(.*?)</section>', methodology, re.S).group(1)
     assert "<td>missed, 1 false alarm before the trigger</td>" in terms and "[0.061, 0.792]" in terms
     assert methodology.index('id="task"') < methodology.index('id="terms"') < methodology.index('id="lifecycle"')
+
+
+def test_the_sensitivity_column_shows_the_latest_sensitivity_evaluation_and_never_changes_the_rank(client, evaluation):
+    before = client.get(reverse("leaderboard")).content.decode()
+    assert "Sensitivity (mutants)" not in before  # none stored: no column
+    SensitivityEvaluation.objects.create(
+        campaign=CampaignFactory(purpose=CampaignPurpose.SENSITIVITY), parameters={},
+        tables={"by_class": [
+            {"detector": "nan_inf", "fault_class": "hardware", "manifested": 10, "caught": 9},
+            {"detector": "nan_inf", "fault_class": "software", "manifested": 10, "caught": 1},
+            {"detector": "grad_health", "fault_class": "hardware", "manifested": 10, "caught": 0}],
+            "thresholds": [{"detector": "nan_inf", "fault_class": "hardware", "severity_50": 5, "severity_90": 5},
+                           {"detector": "grad_health", "fault_class": "hardware", "severity_50": None,
+                            "severity_90": None}]})
+    page = client.get(reverse("leaderboard")).content.decode()  # a new sensitivity evaluation: not the kept page
+    rows = rows_by_detector(page)
+    assert rows["nan_inf"]["Sensitivity (mutants)"] == "0.50 [0.30, 0.70] · 50 % at exp-hi"
+    assert rows["grad_health"]["Sensitivity (mutants)"] == "0.00 [0.00, 0.28]"
+    assert rows["traincheck"]["Sensitivity (mutants)"] == "–" and rows["plain"]["Sensitivity (mutants)"] == "–"
+    assert [(row["Rank"], row["Detector"]) for row in table(page, "leaderboard")] == [
+        ("1", "grad_health"), ("2", "traincheck"), ("2", "nan_inf"), ("baseline", "plain")]

@@ -150,6 +150,10 @@ CASES = [
     Case("bugs:review", {"pk": "unreviewed"}, MAINTAINERS, method="post", data={"decision": "reject"}),
     Case("bugs:pipelines", {}, PUBLIC),
     Case("bugs:pipeline", {"name": "pipeline"}, PUBLIC),
+    Case("sensitivity:mutants", {}, PUBLIC),
+    Case("sensitivity:mutant", {"mutant_id": "MUT-none"}, expect(404, 404, 404, 404)),
+    Case("evaluation:sensitivity", {}, PUBLIC),
+    Case("evaluation:sensitivity-export", {"table": "by_class", "fmt": "csv"}, expect(404, 404, 404, 404)),
     # --- runs and campaigns ---
     Case("runners:run", {"pk": "public_run"}, PUBLIC),
     Case("runners:run", {"pk": "hidden_run"}, HIDDEN),

@@ -14,6 +14,7 @@ from core.review import record_review
 
 from ..detector_versions.fitting import is_fit_reference
 from ..detector_versions.submissions import CheckedDetector, name_problem
+from ..detectors import campaign_plugins
 from ..models import Campaign, CampaignPurpose, Detector, DetectorVersion, Variant
 from ..plans import CampaignPlan
 from ..scoring import TWIN_CONFIG, published_seeds, scoring_versions
@@ -86,6 +87,8 @@ def do_start_scoring(version: DetectorVersion, seeds: Iterable[int] | None = Non
     current corpus."""
     if not version.is_approved:
         raise ValidationError(f"{version} is not approved by a maintainer; it cannot run.")
+    if version.builtin and version.name not in campaign_plugins():
+        raise ValidationError(f"{version.name} is run only by the sensitivity track; nothing scores it.")
     record = do_record_detector(version.name) if version.builtin else do_record_submitted_detector(version)
     if record.code_id != version.pk:
         raise ValidationError(f"{version} is no longer the repository's {version.name}; score the current one.")

@@ -15,7 +15,7 @@ from core.enums import AuditAction, ReviewState
 
 from ..detector_versions.registry import builtin_interface, builtin_source, config_hash
 from ..detector_versions.submitted import SubmittedPlugin
-from ..detectors import DetectorPlugin, all_plugins, get_plugin
+from ..detectors import DetectorPlugin, campaign_plugins, get_plugin
 from ..models import Detector, DetectorVersion
 
 if TYPE_CHECKING:
@@ -71,4 +71,4 @@ def do_record_submitted_detector(version: DetectorVersion, overrides: dict | Non
 
 def do_sync_detectors(*, acting_user: User | None = None) -> dict[str, Detector]:
     """Make sure every registered plugin has a row with its default config."""
-    return {name: do_record_detector(name, acting_user=acting_user) for name in all_plugins()}
+    return {name: do_record_detector(name, acting_user=acting_user) for name in campaign_plugins()}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.enums import ReviewState
 
-from ..detectors import DetectorPlugin, all_plugins, get_plugin
+from ..detectors import DetectorPlugin, all_plugins, campaign_plugins, get_plugin
 from ..models import Detector, DetectorVersion
 from .submitted import SubmittedPlugin
 
@@ -80,7 +80,7 @@ def detector_listing(records):
     row holds yet, an unsaved Detector (``pk`` None): every detector a campaign can name, without writing a row."""
     listing = list(records)
     recorded = {(detector.name, detector.version, detector.config_hash) for detector in listing}
-    for plugin in all_plugins().values():
+    for plugin in campaign_plugins().values():
         if _default_record_key(plugin) not in recorded:
             config = plugin.config()
             listing.append(Detector(name=plugin.name, version=plugin.version, config=config,

@@ -6,6 +6,7 @@ class AutogradAnomaly(DetectorPlugin):
     """``torch.autograd.detect_anomaly``, with its error turned into an alarm at the current step."""
 
     name = "detect_anomaly"
+    only_observes = False  # a backward that raises on a NaN returns instead: the program goes on without its gradients
     version = "1"
     integration = DROP_IN
     description = (

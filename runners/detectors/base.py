@@ -67,6 +67,11 @@ def all_plugins() -> dict[str, "DetectorPlugin"]:
     return dict(sorted(registered_plugins.items()))
 
 
+def campaign_plugins() -> dict[str, "DetectorPlugin"]:
+    """The registered plugins a campaign, an evaluation or a score may name (``standalone``), by name."""
+    return {name: plugin for name, plugin in all_plugins().items() if plugin.standalone}
+
+
 def get_plugin(name: str) -> "DetectorPlugin":
     plugins = all_plugins()
     if name not in plugins:
@@ -116,6 +121,21 @@ class DetectorPlugin:
     # two cores), and whether ``bin/quickstart`` does (its first matrix must come in minutes): docs/performance.md
     evaluated_by_default: bool = True
     in_quickstart: bool = True
+    # Whether its hooks leave the program exactly as it runs without them, so that it can watch one run beside others
+    # (a bundle: runners.detectors.bundle). False for a detector that changes what the program does, such as one that
+    # swallows an error the program would raise.
+    only_observes: bool = True
+    # Whether its checks see the same beside other detectors: False for one that leaves alone what others' hooks
+    # touch (shadow_eager does not recompute a module that global forward hooks watch)
+    blind_beside_others: bool = False
+    # Whether a campaign, an evaluation or a score may name it: False for the sensitivity track's bundle, which only
+    # manage.py evaluate_sensitivity runs, with the members it names (runners.detectors.bundle)
+    standalone: bool = True
+
+    def members(self, config: dict[str, Any]) -> Sequence[str]:
+        """The detectors whose alarms a run of this one carries, by name, when it watches for several (a bundle);
+        empty for a detector that is only itself."""
+        return ()
 
     def config(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The plugin's ``default_config`` with ``overrides`` (a detector record's config) applied."""
@@ -220,6 +240,13 @@ class Probe:
                 report.write(line)
         else:
             print(line, end="", flush=True)
+
+    def companion(self, detector_name: str, config: dict[str, Any]) -> "Probe":
+        """A probe for another detector watching the same process (a bundle's member): the same report and alarm
+        key, its own name on its alarms, its own step count and alarm cap."""
+        probe = Probe(detector_name, config, self.report_path, self._alarm_key)
+        probe.on_optimizer_step()
+        return probe
 
     def on_optimizer_step(self, before: Callable[[Any], object] | None = None,
                           after: Callable[[Any], object] | None = None) -> None:

@@ -6,7 +6,7 @@ class CrossRankConsistency(DetectorPlugin):
     """Parameters that start identical on every rank must stay identical (what BLOOM-176B needed)."""
 
     name = "cross_rank_consistency"
-    version = "2"
+    version = "3"
     integration = DROP_IN
     description = (
         "In a torch.distributed run, all-gathers a checksum of every parameter an optimizer owns. Parameters "
@@ -16,7 +16,8 @@ class CrossRankConsistency(DetectorPlugin):
         "data-parallel-only check it needs no annotation of which parameters are replicated. Only the first "
         "optimizer that steps in each process (the training optimizer) is followed, so that a rank-local extra "
         "optimizer (a single-device reference on rank 0) cannot unbalance the collectives. Single-process runs "
-        "are not checked."
+        "are not checked. Parameters the optimizer takes on later are not checked; those it drops are no longer "
+        "checked."
     )
     default_config = {"every_n_steps": 1}
 
@@ -25,10 +26,9 @@ class CrossRankConsistency(DetectorPlugin):
         import torch.distributed as dist
 
         every = max(1, int(probe.config["every_n_steps"]))
-        replicas = {}
+        replicas = {}  # optimizer -> {parameter: whether it was a replica before the first step}
 
-        def checksums(optimizer):
-            params = owned_parameters(optimizer)
+        def checksums(params):
             local = torch.tensor([[p.detach().double().sum().item(), (p.detach().double() ** 2).sum().item()]
                                   for p in params], dtype=torch.float64)
             gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
@@ -43,13 +43,18 @@ class CrossRankConsistency(DetectorPlugin):
         def before(optimizer):
             if not followed and dist.is_available() and dist.is_initialized():
                 followed.append(id(optimizer))
-                replicas[id(optimizer)] = agreeing(checksums(optimizer))
+                params = owned_parameters(optimizer)
+                replicas[id(optimizer)] = dict(zip(map(id, params), agreeing(checksums(params)).tolist()))
 
         def after(optimizer):
             replicated = replicas.get(id(optimizer))
             if replicated is None or probe.step % every:
                 return
-            diverged = (replicated & ~agreeing(checksums(optimizer))).nonzero().flatten().tolist()
+            # by parameter, not by position: the optimizer's groups may lose or gain tensors (the same on every rank)
+            params = owned_parameters(optimizer)
+            agree = agreeing(checksums(params)).tolist()
+            diverged = [index for index, (param, same) in enumerate(zip(params, agree))
+                        if replicated.get(id(param)) and not same]
             if diverged:
                 probe.alarm("replicas_diverged",
                             f"{len(diverged)} replicated parameter tensor(s) differ across ranks",

@@ -284,6 +284,7 @@ def hooked(module):
 @register
 class ShadowEager(DetectorPlugin):
     name = "shadow_eager"
+    blind_beside_others = True  # a module that global forward hooks watch (other detectors') is left unchecked
     version = "1"
     integration = DROP_IN
     in_quickstart = False

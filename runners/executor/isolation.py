@@ -68,7 +68,7 @@ ST_FLAGS_TO_MS = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: 
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
 _SYS_MOUNT_SETATTR, _AT_RECURSIVE = 442, 0x8000
 _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 1, 2, 4
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
+_PR_SET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 3, 4
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -151,9 +151,18 @@ def _unshare_and_map(host_uid: int | None = None, host_gid: int | None = None) -
     privileged = uid == 0 and host_uid is not None
     if not privileged:
         check(_libc.unshare(sum(NAMESPACES.values())), "unshare")
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"{INSIDE_UID} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{INSIDE_GID} {gid} 1")
+        # A worker that hid itself (runners.executor.hardening) is not dumpable, and a process that is not has its
+        # /proc files owned by root: it could not write its own maps (EACCES; an image's uid-1000 worker refused
+        # every run). Dumpable for these three writes only: no run can name this process (each is in a PID
+        # namespace of its own), and the worker's other processes are its own.
+        dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+        _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+        try:
+            Path("/proc/self/setgroups").write_text("deny")
+            Path("/proc/self/uid_map").write_text(f"{INSIDE_UID} {uid} 1")
+            Path("/proc/self/gid_map").write_text(f"{INSIDE_GID} {gid} 1")
+        finally:
+            _libc.prctl(_PR_SET_DUMPABLE, dumpable, 0, 0, 0)
         return
     os.setgroups([])
     unshared_read, unshared_write = os.pipe()

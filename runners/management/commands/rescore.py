@@ -7,7 +7,7 @@ from core.cli import line_writer, positive_int
 from core.enums import ReviewState
 from runners.actions.detector_versions import do_start_scoring
 from runners.actions.detectors import do_record_builtin_detector_version
-from runners.detectors import all_plugins, get_plugin
+from runners.detectors import all_plugins, campaign_plugins, get_plugin
 from runners.models import DetectorVersion
 from runners.worker.local import wait_with_local_worker
 
@@ -15,7 +15,9 @@ from runners.worker.local import wait_with_local_worker
 def newest_approved(name, version=None):
     """The DetectorVersion to score: a built-in's current code, or a submitted detector's newest approved version
     (or its approved ``version``)."""
-    if name in all_plugins() and version in (None, get_plugin(name).version):
+    if name in all_plugins() and name not in campaign_plugins():
+        raise CommandError(f"{name} is run only by manage.py evaluate_sensitivity: nothing scores it.")
+    if name in campaign_plugins() and version in (None, get_plugin(name).version):
         return do_record_builtin_detector_version(get_plugin(name))
     versions = DetectorVersion.objects.filter(name=name, review_state=ReviewState.APPROVED)
     if version is not None:
