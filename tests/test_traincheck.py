@@ -147,7 +147,12 @@ if __name__ == "__main__":
 
 
 def alarm_rules(run):
-    return sorted((alarm.step, alarm.rule) for alarm in run.alarms.all())
+    """The run's alarms, less those TrainCheck judges on the addresses of Python objects (``id()``), which
+    differ between any two runs, warm or cold: its traces record a tensor's ``id()`` with it, so two calls
+    may receive "the same arguments" (``DistinctArgumentRelation``) where the second reuses a freed tensor's
+    memory, and an ``*_ID`` variable may or may not keep its value."""
+    return sorted((alarm.step, alarm.rule) for alarm in run.alarms.all()
+                  if not alarm.rule.startswith("DistinctArgumentRelation:") and "_ID " not in alarm.rule)
 
 
 @pytest.mark.django_db(transaction=True)

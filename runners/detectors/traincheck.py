@@ -30,6 +30,9 @@ Facts of traincheck 0.2.0 this module works around:
 - ``traincheck-check`` exits 0 whether or not invariants fail: only ``failed.log`` tells;
 - its step counter is the training-loop iteration, 1-based (0 before the loop): our step is one less,
   and a violation during setup gets step -1 (before any fault is active: a false alarm).
+And one it cannot: its traces record the ``id()`` of the tensors a call receives and of a module's tensors,
+so what it infers and checks on them (distinct arguments, ``*_ID`` variables) follows where objects happen to
+lie in memory, and may differ between any two runs of one program, warm or cold.
 It imports no Django: the registry also loads this module inside reproducer processes.
 """
 import ast
