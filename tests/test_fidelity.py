@@ -115,3 +115,34 @@ def test_the_docs_list_exactly_the_symptoms_of_the_code():
     catalog_doc = (settings.BASE_DIR / "docs" / "catalog.md").read_text()
     listed = catalog_doc.split("(`oracle.symptom`: ", 1)[1].split(")", 1)[0]
     assert re.findall(r"`(\w+)`", listed) == list(OracleSymptom.values)
+
+
+@pytest.mark.django_db
+def test_a_historical_reproducer_is_shown_with_its_reason_and_never_run(client, tmp_path):
+    """PT-5801 and PT-36485 had their bug only in builds that no environment can install today: their CUDA
+    reproducers are kept, marked historical with the reason, and left out of every campaign, evaluation and check;
+    the CUDA reproducer of a bug that current builds still have (PT-181723) is not."""
+    from runners.selectors import runnable_versions
+
+    for bug_id in ("PT-5801", "PT-36485", "PT-181723"):
+        shutil.copytree(CATALOG / bug_id, tmp_path / bug_id)
+    do_load_catalog(tmp_path)
+    declared = yaml.safe_load((CATALOG / "PT-5801" / "cuda" / MANIFEST_NAME).read_text())["historical"]
+    historical = Reproducer.objects.get(bug__bug_id="PT-5801", name="cuda")
+    assert historical.historical_reason == declared.strip() and "torch 0.3" in declared
+    assert [str(version.reproducer) for version in runnable_versions(cuda=True)] == ["PT-181723/cuda"]
+    assert {str(version.reproducer) for version in runnable_versions()} == {
+        "PT-5801/cpu", "PT-36485/cpu", "PT-181723/cpu"}
+    page = client.get("/bugs/PT-5801/").content.decode()
+    assert page.count("Historical, never run:") == 1 and "no environment today can run it" in page
+    shown = {r["name"]: r["historical_reason"] for r in client.get("/api/bugs/PT-5801/").json()["reproducers"]}
+    assert shown == {"cpu": "", "cuda": historical.historical_reason}
+
+
+def test_an_empty_historical_reason_is_refused_with_what_to_write(tmp_path):
+    folder = tmp_path / "cuda"
+    shutil.copytree(CATALOG / "PT-181723" / "cuda", folder)
+    manifest = yaml.safe_load((folder / MANIFEST_NAME).read_text())
+    (folder / MANIFEST_NAME).write_text(yaml.safe_dump({**manifest, "historical": " "}))
+    with pytest.raises(ValidationError, match="historical must say in a sentence why no environment today"):
+        parse_reproducer_folder(folder)
