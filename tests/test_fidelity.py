@@ -38,7 +38,7 @@ def without(manifest, changes):
 
 
 def test_the_catalog_has_the_reproducers_the_audit_covers():
-    assert len(BUG_REPRODUCERS) == 37 and len(PIPELINES) == 7
+    assert len(BUG_REPRODUCERS) == 40 and len(PIPELINES) == 7
 
 
 @pytest.mark.parametrize("folder", BUG_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
