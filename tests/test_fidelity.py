@@ -146,3 +146,24 @@ def test_an_empty_historical_reason_is_refused_with_what_to_write(tmp_path):
     (folder / MANIFEST_NAME).write_text(yaml.safe_dump({**manifest, "historical": " "}))
     with pytest.raises(ValidationError, match="historical must say in a sentence why no environment today"):
         parse_reproducer_folder(folder)
+
+
+CUDA_REPRODUCERS = [folder for folder in BUG_REPRODUCERS
+                    if yaml.safe_load((folder / MANIFEST_NAME).read_text())["needs"].get("cuda")]
+
+
+@pytest.mark.parametrize("folder", CUDA_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
+def test_a_cuda_reproducer_without_a_gpu_refuses_clearly_before_it_reports_anything(folder, tmp_path):
+    """Run for real where torch sees no CUDA device: status 2, one sentence on stderr naming what it needs, and no
+    record (a run that reported a start, or an oracle, would read as a bug that did not show)."""
+    import os
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.jsonl"
+    done = subprocess.run([sys.executable, "repro.py", "--variant", "buggy", "--seed", "0", "--steps", "2"],
+                          cwd=folder, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "SILENTBENCH_REPORT": str(report)})
+    assert done.returncode == 2, done.stderr
+    assert f"{folder.parent.name}/cuda needs a CUDA GPU" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not report.exists() and not done.stdout
