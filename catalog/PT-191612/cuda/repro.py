@@ -28,19 +28,34 @@ This program
     gets it in float32. The ``buggy`` variant passes the float32 mask of
     ``generate_square_subsequent_mask``; the ``fixed`` variant passes the same mask cast to fp16,
     the query's dtype (a bool mask would come to the same, since ``nn.MultiheadAttention`` turns it
-    into a float mask of the query's dtype). Nothing else differs.
+    into a float mask of the query's dtype). Nothing else differs. The fixed mask keeps the -inf
+    entries of ``generate_square_subsequent_mask`` (now fp16 -inf, 0xFC00). PyTorch has filled masks
+    with finite values for cuDNN before (``convert_boolean_attn_mask_cudnn`` fills a bool mask's
+    masked-out entries with -65504 as a workaround for an "-inf issue with cuDNN"), but no row here is
+    fully masked (each query sees at least itself). A GPU run still shows whether -inf misbehaves: the
+    evidence has each variant's fraction of attention-output rows with a NaN.
 
-    Which backend runs: every model forward runs under ``sdpa_kernel([CUDNN_ATTENTION])``, so that
-    the run does not depend on the default priority order (``check_prefer_cudnn_attention``, the
-    cuDNN version, ``TORCH_CUDNN_SDPA_DEPRIORITIZED``). Before training, one forward and backward of
-    the model on a zero batch probes that backend with the fp16 mask and with the variant's mask; if
-    either raises (no cuDNN attention on this GPU or build, or a build that rejects the float32
-    mask), both this run's forwards use ``sdpa_kernel([MATH])`` instead and the bug cannot show
-    (``manifested: false``, the evidence says why). The evidence records the backends enabled, the
-    backend the default order would pick for this call (``torch._fused_sdp_choice``), and the
-    attention node of step 0's autograd graph (``ScaledDotProductCudnnAttentionBackward0`` when
-    cuDNN ran). That the backend is forced, and the probe's fallback, are this program's own
-    choices, made because the default order could not be checked without a GPU.
+    Which backend runs: model forwards run under ``sdpa_kernel([CUDNN_ATTENTION])`` (unless the
+    probes below find it refused), so that the run does not depend on the default priority order
+    (``check_prefer_cudnn_attention``, the cuDNN version, ``TORCH_CUDNN_SDPA_DEPRIORITIZED``).
+    Before training, the model on a zero batch probes that backend, with the fp16 mask and with the
+    variant's mask, twice: a forward without autograd (all the PR showed, in eval) and, separately,
+    a forward and backward (anomaly detection switched off inside the probe, so that a NaN gradient
+    is not taken for a refusal). A probe that fails records the error and the UserWarnings in which
+    SDPA gives its reasons for refusing a backend. If every probe runs, training uses
+    ``sdpa_kernel([CUDNN_ATTENTION])``. If the forwards run but cuDNN refuses a backward (not
+    expected at head dim 16, a multiple of 8, but not checked without a GPU), the training forward
+    and backward run on whatever SDPA picks (no ``sdpa_kernel`` context) and every step adds a
+    forward without autograd under ``sdpa_kernel([CUDNN_ATTENTION])``, whose attention output is the
+    one the oracle checks: the symptom is in the forward output, so it still shows, and the evidence
+    says which backend ran what. Only if a forward probe fails (no cuDNN attention on this GPU or
+    build, or a build that rejects the float32 mask) do both this run's forwards use
+    ``sdpa_kernel([MATH])``, and the bug cannot show (``manifested: false``, the evidence says why).
+    The evidence records the backends enabled, the backend the default order would pick for this
+    call (``torch._fused_sdp_choice``), and the attention node of step 0's autograd graph
+    (``ScaledDotProductCudnnAttentionBackward0`` when cuDNN ran the backward). That the backend is
+    forced, and the probes' fallbacks, are this program's own choices, made because the default
+    order could not be checked without a GPU.
 
 Oracle (checked inside the single run)
     Every step a float64 twin of the model (re-synchronised with the fp16 weights before the
@@ -48,8 +63,10 @@ Oracle (checked inside the single run)
     attention output for the very fp16 input the model's attention received and (b) the gradient
     of the same loss with respect to the attention's ``in_proj_weight``. *Manifested* means that
     at some step the model's attention output or that gradient differs from the reference by more
-    than 5% (relative L2), or is not finite. The fixed variant differs from the float64 reference
-    only by fp16 rounding (unit roundoff 4.9e-4) of a few matmuls and a softmax: on the CPU (math
+    than 5% (relative L2), or is not finite; a step that leaves ``in_proj_weight.grad`` unset (a
+    detector that swallows a backward aborted by the buggy variant's NaN loss) counts as an infinite
+    gradient error. The fixed variant differs from the float64 reference only by fp16 rounding
+    (unit roundoff 4.9e-4) of a few matmuls and a softmax: on the CPU (math
     backend, which computes attention in float32 between fp16 projections) at most 5.2e-4 for the
     output and 9.1e-4 for the gradient (seeds 0-2, 30 steps). A fused fp16 kernel adds rounding of the
     probabilities of the same order, so 5% leaves a margin of more than ten times (to be confirmed
@@ -66,12 +83,14 @@ Requirements
     with the float32 mask correctly).
 """
 import argparse
+import contextlib
 import copy
 import json
 import math
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -147,7 +166,9 @@ def make_batch(gen, device):
 
 
 def rel_err(value, reference):
-    """Relative L2 error in float64; inf when anything is not finite."""
+    """Relative L2 error in float64; inf when anything is not finite or ``value`` is None (no gradient)."""
+    if value is None:
+        return math.inf
     value, reference = value.double(), reference.double()
     if not (torch.isfinite(value).all() and torch.isfinite(reference).all()):
         return math.inf
@@ -155,17 +176,30 @@ def rel_err(value, reference):
 
 
 def probe(model, mask, backend, device):
-    """One forward and backward of the model under ``backend`` only; None if it ran, else the error."""
+    """The model under ``backend`` only, on a zero batch: {"forward": ..., "backward": ...}, each None if
+    it ran, else the error and the warnings (SDPA's reasons for refusing a backend) it raised."""
     tokens = torch.zeros(BATCH, SEQ, dtype=torch.long, device=device)
-    try:
-        with sdpa_kernel([backend]):
-            model(tokens, mask).float().sum().backward()
-        torch.cuda.synchronize()
-        return None
-    except RuntimeError as exc:
-        return (str(exc).strip().splitlines() or ["RuntimeError"])[0][:200]
-    finally:
-        model.zero_grad(set_to_none=True)
+    result = {}
+    for stage in ("forward", "backward"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                # anomaly detection off: a NaN gradient (the bug itself) is not a refusal of the backend
+                with sdpa_kernel([backend]), torch.autograd.set_detect_anomaly(False):
+                    if stage == "forward":
+                        with torch.no_grad():
+                            model(tokens, mask)
+                    else:
+                        model(tokens, mask).float().sum().backward()
+                torch.cuda.synchronize()
+                result[stage] = None
+            except Exception as exc:
+                reasons = list(dict.fromkeys(str(w.message).strip()[:500] for w in caught))
+                result[stage] = {"error": ("%s: %s" % (type(exc).__name__, str(exc).strip()))[:1000],
+                                 "warnings": reasons[:20]}
+            finally:
+                model.zero_grad(set_to_none=True)
+    return result
 
 
 def attention_nodes(loss):
@@ -231,17 +265,22 @@ def main():
     else:
         mask = mask32.to(DTYPE)  # FIX: the mask in the query's dtype, which is what cuDNN assumes
 
-    probe_errors = {"query_dtype_mask": probe(model, mask32.to(DTYPE), SDPBackend.CUDNN_ATTENTION, device),
-                    "variant_mask": probe(model, mask, SDPBackend.CUDNN_ATTENTION, device)}
-    cudnn_ok = not any(probe_errors.values())
-    backend = SDPBackend.CUDNN_ATTENTION if cudnn_ok else SDPBackend.MATH
+    probes = {"query_dtype_mask": probe(model, mask32.to(DTYPE), SDPBackend.CUDNN_ATTENTION, device),
+              "variant_mask": probe(model, mask, SDPBackend.CUDNN_ATTENTION, device)}
+    forward_ok = all(p["forward"] is None for p in probes.values())
+    cudnn_ok = forward_ok and all(p["backward"] is None for p in probes.values())
+    # cudnn_ok: train on cuDNN; forward_ok only: train on SDPA's own pick, check a separate cuDNN forward
+    backend = SDPBackend.CUDNN_ATTENTION if forward_ok else SDPBackend.MATH
+    train_ctx = (lambda: sdpa_kernel([backend])) if cudnn_ok or not forward_ok else contextlib.nullcontext
+    separate_forward = forward_ok and not cudnn_ok
     optimizer = torch.optim.SGD(params, lr=LR, momentum=0.9)
 
     report({"event": "start", "time": time.time(), "variant": args.variant,
             "seed": args.seed, "steps": args.steps, "world_size": 1})
 
     max_out_err = max_grad_err = max_nan_frac = 0.0
-    first_bad_step = None
+    first_bad_step = nan_frac_step0 = None
+    steps_without_grad = 0
     nodes = []
     for step in range(args.steps):
         tokens = make_batch(gen, device)
@@ -250,11 +289,14 @@ def main():
                 t.copy_(p)
 
         optimizer.zero_grad(set_to_none=True)
-        with sdpa_kernel([backend]):
+        with train_ctx():
             loss = lm_loss(model(tokens, mask), tokens)
         loss.backward()
         if step == 0:
             nodes = attention_nodes(loss)
+        if separate_forward:  # cuDNN refused the backward: its forward output, the symptom, is checked
+            with torch.no_grad(), sdpa_kernel([backend]):
+                model(tokens, mask)  # same weights and batch; sets model.attn_in / attn_out
 
         with sdpa_kernel([SDPBackend.MATH]):
             h = model.attn_in.double()
@@ -262,8 +304,11 @@ def main():
             ref_loss = lm_loss(twin(tokens, ref_mask), tokens)
             (ref_grad,) = torch.autograd.grad(ref_loss, [twin.attn.in_proj_weight])
         out_err = rel_err(model.attn_out, ref_out)
-        grad_err = rel_err(model.attn.in_proj_weight.grad, ref_grad)
+        grad_err = rel_err(model.attn.in_proj_weight.grad, ref_grad)  # inf if the backward left no grad
+        steps_without_grad += model.attn.in_proj_weight.grad is None
         nan_frac = torch.isnan(model.attn_out).any(dim=-1).float().mean().item()
+        if step == 0:
+            nan_frac_step0 = nan_frac
 
         optimizer.step()
 
@@ -276,24 +321,39 @@ def main():
                             "attn_out_nan_row_frac": nan_frac, "reference_loss": ref_loss.item()}})
 
     manifested = first_bad_step is not None
-    ran = "SDPA backend %s" % backend.name
+    failed = [(name, stage, p[stage]["error"]) for name, p in probes.items() for stage in ("forward", "backward")
+              if p[stage]]
+    if separate_forward:
+        ran = ("SDPA backend %s for the attention output (a separate forward without autograd; cuDNN refused "
+               "the backward: %s: %s), SDPA's own pick for training (step-0 node %s)"
+               % (backend.name, failed[0][0], failed[0][2][:200], nodes or "none"))
+    else:
+        ran = "SDPA backend %s" % backend.name
     if manifested:
         summary = ("%s: attention output / in_proj grad differ from the float64 MATH reference from step %d "
-                   "(max rel. err %.3g / %.3g, non-finite counts as inf; NaN in up to %.1f%% of query rows)"
-                   % (ran, first_bad_step, max_out_err, max_grad_err, 100 * max_nan_frac))
-    elif not cudnn_ok:
-        summary = ("cuDNN attention could not run here (%s), so the run used the MATH backend and the bug "
-                   "could not show; max rel. err %.2g / %.2g"
-                   % (next(e for e in probe_errors.values() if e), max_out_err, max_grad_err))
+                   "(max rel. err %.3g / %.3g, non-finite or missing counts as inf; NaN in up to %.1f%% of "
+                   "query rows; %d step(s) without an in_proj grad)"
+                   % (ran, first_bad_step, max_out_err, max_grad_err, 100 * max_nan_frac, steps_without_grad))
+    elif not forward_ok:
+        summary = ("cuDNN attention could not run a forward here (%s %s: %s), so the run used the MATH backend "
+                   "and the bug could not show; max rel. err %.2g / %.2g"
+                   % (failed[0][0], failed[0][1], failed[0][2][:200], max_out_err, max_grad_err))
     elif args.steps <= TRIGGER_STEP:
         summary = "no step was run, so the mask was never read"
     else:
         summary = ("%s: attention output and in_proj grad matched the float64 MATH reference at every step "
-                   "(max rel. err %.2g / %.2g)" % (ran, max_out_err, max_grad_err))
+                   "(max rel. err %.2g / %.2g; NaN in %.1f%% of query rows at most)"
+                   % (ran, max_out_err, max_grad_err, 100 * max_nan_frac))
     evidence = {"max_attn_out_rel_err": max_out_err, "max_in_proj_grad_rel_err": max_grad_err,
                 "max_attn_out_nan_row_frac": max_nan_frac, "threshold": REL_ERR_THRESHOLD,
                 "first_bad_step": first_bad_step, "mask_dtype": str(mask.dtype), "qkv_dtype": str(DTYPE),
-                "sdpa_backend_forced": backend.name, "cudnn_probe_errors": probe_errors,
+                "attn_out_nan_row_frac_step0": nan_frac_step0, "steps_without_in_proj_grad": steps_without_grad,
+                "mask_has_neg_inf": bool(torch.isneginf(mask).any()),
+                "fully_masked_rows": int(torch.isneginf(mask).all(dim=-1).sum()),
+                "sdpa_backend_forced": backend.name if not separate_forward else "none (SDPA's own pick)",
+                "attn_out_backend": backend.name + (" (separate forward without autograd)" if separate_forward
+                                                    else ""),
+                "cudnn_probes": probes,
                 "step0_attention_autograd_nodes": nodes, "default_sdp_choice": default_choice(mask, device)}
     evidence.update(gpu_evidence(device))
     report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,

@@ -33,9 +33,14 @@ This program
     backend PyTorch picks by default for these inputs on H100/H200; the ``fixed`` variant runs the
     same call under ``sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)``, which is what
     ``torch.backends.cuda.enable_cudnn_sdp(False)`` leaves for a masked call (the workaround of the
-    reports). Nothing else differs. If the forced backend refuses these inputs (a build without
-    cuDNN attention, or one with PR 196861's guards), a probe at start records the error and the
-    run uses the default dispatch instead; the oracle record says so.
+    reports). Nothing else differs, except what each does when its backend is refused. Before
+    training, one forward (under the same autocast) and backward of the model itself, on a padded
+    batch of this run's shapes, strides and mask kind, probes the forced backend; if it raises (a
+    build without cuDNN attention, or one with PR 196861's guards), the error's first line ("No
+    available kernel...") and the UserWarnings that carry the dispatcher's reasons are recorded in
+    the oracle's evidence, and the run falls back: the ``buggy`` variant to PyTorch's default
+    dispatch, the ``fixed`` variant to ``sdpa_kernel([EFFICIENT_ATTENTION, MATH])``, never to
+    cuDNN (on an H200 the default dispatch is cuDNN, which would put the bug into the fixed run).
 
 Oracle (checked inside the single run)
     Every step, for each layer, the gradient that reached the attention's query (``grad_q``) is
@@ -46,7 +51,10 @@ Oracle (checked inside the single run)
     deviates from the float32 reference through bf16 rounding of its saved output and of the
     probabilities (unit roundoff 2**-8 = 0.4%), amplified for head 0 by the large constant key
     channel (|k| / |k - mean k| ~ 7), which bounds it at a few percent; 0.25 is far above that and
-    far below the infinite deviation of the fault. The grad norm, the skipped steps and each step's
+    far below the infinite deviation of the fault. A ``grad_q`` (or upstream gradient) that is
+    missing counts as all its entries non-finite: under a detector such as ``detect_anomaly`` the
+    faulty backward raises at ``ScaledDotProductCudnnAttentionBackward0``, and if that error is
+    swallowed, the gradient never reaches the query. The grad norm, the skipped steps and each step's
     largest row logsumexp of the shifted head are evidence, as is, at the end, the issue's own
     12-line repro (every logit about -120, lower-triangular mask) run with the variant's backend at
     key lengths 128, 192, 256 and 704: it tells an unaffected build from a missed trigger.
@@ -71,6 +79,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -94,6 +103,8 @@ SHIFT_Q, SHIFT_K = 32.5, -32.0  # head 0, channel 0 of layer 0: logits shifted b
 LSE_OVERFLOW = -math.log(torch.finfo(torch.float32).max)  # -88.72: exp(0 - lse) overflows float32 below it
 REL_DEV_THRESHOLD = 0.25
 BACKENDS = {"buggy": SDPBackend.CUDNN_ATTENTION, "fixed": SDPBackend.EFFICIENT_ATTENTION}
+# when the forced backend is refused: the buggy variant takes the default dispatch (None), the fixed one never cuDNN
+FALLBACKS = {"buggy": None, "fixed": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]}
 SWEEP_LENGTHS = [128, 192, 256, 704]
 DEVICE_TYPE = "cuda"
 
@@ -123,8 +134,14 @@ def report(record):
 
 
 def backend_context(backend):
-    """``sdpa_kernel(backend)``, or PyTorch's default dispatch when ``backend`` is None."""
+    """``sdpa_kernel(backend)`` (one backend or a list), or PyTorch's default dispatch when ``backend`` is None."""
     return sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
+
+
+def backend_name(backend):
+    if backend is None:
+        return "default dispatch"
+    return "+".join(b.name for b in backend) if isinstance(backend, (list, tuple)) else backend.name
 
 
 class Attention(nn.Module):
@@ -204,16 +221,22 @@ def make_batch(transition, gen, device):
 
 
 def reference_grad_q(saved, mask):
-    """grad_q and its float32 MATH reference (same bf16 inputs, mask and upstream gradient), and row logsumexps."""
+    """grad_q and its float32 MATH reference (same bf16 inputs, mask and upstream gradient), and row logsumexps.
+
+    grad_q and the reference are None when q.grad or out.grad is missing (a backward that raised, e.g. under
+    ``detect_anomaly``, and whose error was swallowed); the caller counts that as every entry non-finite.
+    """
     q, k, v, out = saved
     q32 = q.detach().float().requires_grad_(True)
     k32, v32 = k.detach().float(), v.detach().float()
-    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
-        o32 = F.scaled_dot_product_attention(q32, k32, v32, attn_mask=mask)
-        (ref,) = torch.autograd.grad(o32, q32, out.grad.float())
     with torch.no_grad():
         scores = (q32 @ k32.transpose(-1, -2)) / math.sqrt(HEAD_DIM)
         lse = scores.masked_fill(~mask, float("-inf")).logsumexp(dim=-1)  # [B, H, L]
+    if q.grad is None or out.grad is None:
+        return None, None, lse
+    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
+        o32 = F.scaled_dot_product_attention(q32, k32, v32, attn_mask=mask)
+        (ref,) = torch.autograd.grad(o32, q32, out.grad.float())
     return q.grad.detach().float(), ref, lse
 
 
@@ -227,17 +250,36 @@ def compare(got, ref):
     return nonfinite, rel
 
 
-def probe_backend(backend, device):
-    """None if ``backend`` runs forward and backward on this step's shapes and mask kind, else the error text."""
-    q, k, v = (torch.randn(BATCH, HEADS, SEQ_LEN, HEAD_DIM, device=device, dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    mask = attention_mask(torch.full((BATCH,), SEQ_LEN), device)
-    try:
-        with sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
-        return None
-    except RuntimeError as exc:
-        return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+def probe_backend(model, backend, device):
+    """One forward (bf16 autocast) and backward of the model itself under ``backend`` alone, on a padded batch.
+
+    Returns (None if it ran, else the error's first line; the UserWarnings raised meanwhile, which carry the
+    dispatcher's reasons for refusing a backend). Leaves the model's gradients cleared and its backend unset.
+    """
+    ids = torch.ones(BATCH, SEQ_LEN, dtype=torch.long, device=device)
+    mask = attention_mask(torch.full((BATCH,), MIN_LEN), device)  # the [B, 1, L, L] padding-and-causal kind
+    for block in model.blocks:
+        block.attn.backend = backend
+    error = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autocast(DEVICE_TYPE, dtype=torch.bfloat16):
+                logits = model(ids, mask)
+            logits.float().sum().backward()
+            torch.cuda.synchronize(device)
+        except RuntimeError as exc:
+            error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        finally:
+            model.zero_grad(set_to_none=True)
+            for block in model.blocks:
+                block.attn.backend = block.attn.saved = None
+    reasons = []
+    for caught_warning in caught:
+        text = str(caught_warning.message).strip()[:300]
+        if issubclass(caught_warning.category, UserWarning) and text not in reasons:
+            reasons.append(text)
+    return error, reasons[:12]
 
 
 def issue_repro(backend, length, device):
@@ -256,6 +298,8 @@ def issue_repro(backend, length, device):
             F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(grad_out)
     except RuntimeError:
         return None
+    if q.grad is None:  # a backward that raised and whose error was swallowed: count every entry
+        return q.numel()
     return int((~torch.isfinite(q.grad)).sum().item())
 
 
@@ -299,9 +343,9 @@ def main():
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
 
     backend = BACKENDS[args.variant]
-    refusal = probe_backend(backend, device)
-    if refusal is not None:
-        backend = None  # the forced backend refuses these inputs: run what PyTorch would pick
+    refusal, probe_warnings = probe_backend(model, backend, device)
+    if refusal is not None:  # the forced backend refuses these inputs: buggy -> default dispatch, fixed -> no cuDNN
+        backend = FALLBACKS[args.variant]
     for block in model.blocks:
         block.attn.backend = backend
 
@@ -312,6 +356,7 @@ def main():
     max_rel_dev = 0.0
     nonfinite_total = 0
     skipped_steps = 0
+    missing_grads = 0
     max_row_lse = -math.inf
     dispatch_default = None
     for step in range(args.steps):
@@ -325,7 +370,11 @@ def main():
         nonfinite, rel_dev = 0, 0.0
         for index, block in enumerate(model.blocks):
             got, ref, lse = reference_grad_q(block.attn.saved, mask)
-            layer_nonfinite, layer_rel = compare(got, ref)
+            if got is None:  # q.grad or out.grad missing: the backward raised (error swallowed); all non-finite
+                missing_grads += 1
+                layer_nonfinite, layer_rel = block.attn.saved[0].numel(), 0.0
+            else:
+                layer_nonfinite, layer_rel = compare(got, ref)
             nonfinite += layer_nonfinite
             rel_dev = max(rel_dev, layer_rel)
             if index == 0:
@@ -354,20 +403,24 @@ def main():
 
     sweep = {str(length): issue_repro(backend, length, device) for length in SWEEP_LENGTHS}
     manifested = first_bad_step is not None
-    used = backend.name if backend is not None else "default dispatch (%s refused: %s)" % (
-        BACKENDS[args.variant].name, refusal)
+    used = backend_name(backend)
+    if refusal is not None:
+        used += " (%s refused: %s)" % (BACKENDS[args.variant].name, refusal)
     if manifested:
         summary = ("grad_q from %s has %d non-finite entries where the float32 MATH reference is finite (max rel. "
-                   "dev. %.3g) from step %d; %d/%d optimizer steps skipped for a NaN grad norm while the loss stayed "
-                   "finite" % (used, nonfinite_total, max_rel_dev, first_bad_step, skipped_steps, args.steps))
+                   "dev. %.3g; %d layer-steps with no grad_q at all, counted as non-finite) from step %d; %d/%d "
+                   "optimizer steps skipped for a NaN grad norm while the loss stayed finite"
+                   % (used, nonfinite_total, max_rel_dev, missing_grads, first_bad_step, skipped_steps, args.steps))
     else:
         summary = ("grad_q from %s matched the float32 MATH reference at every step (max rel. dev. %.2g, threshold "
                    "%.2g); issue repro non-finite grad_q by key length: %s" % (used, max_rel_dev, REL_DEV_THRESHOLD,
                                                                                sweep))
     report({"event": "oracle", "manifested": manifested, "trigger_step": TRIGGER_STEP,
             "summary": summary,
-            "evidence": {"backend": used, "forced_backend_refusal": refusal, "default_backend": dispatch_default,
-                         "grad_q_nonfinite_total": nonfinite_total, "max_grad_q_rel_dev": max_rel_dev,
+            "evidence": {"backend": used, "forced_backend_refusal": refusal,
+                         "forced_backend_probe_warnings": probe_warnings, "default_backend": dispatch_default,
+                         "grad_q_nonfinite_total": nonfinite_total, "grad_q_missing_layer_steps": missing_grads,
+                         "max_grad_q_rel_dev": max_rel_dev,
                          "threshold": REL_DEV_THRESHOLD, "first_bad_step": first_bad_step,
                          "skipped_steps": skipped_steps, "shifted_head_max_row_lse": max_row_lse,
                          "lse_overflow_bound": LSE_OVERFLOW, "seq_len": SEQ_LEN, "head_dim": HEAD_DIM,
