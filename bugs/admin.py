@@ -34,7 +34,7 @@ class ReadOnlyAdmin(VisibleOnlyAdmin):
 class ReproducerInline(admin.TabularInline):
     model = Reproducer
     extra = 0
-    fields = readonly_fields = ["name", "strategy", "simulated", "needs_cuda", "world_size"]
+    fields = readonly_fields = ["name", "strategy", "simulated", "historical_reason", "needs_cuda", "world_size"]
     show_change_link = True
     can_delete = False
 

@@ -32,7 +32,7 @@ class ReproducerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Reproducer
         fields = ["id", "name", "strategy", "strategy_note", "oracle_symptom", "oracle_check", "fidelity_note",
-                  "simulated", "needs_cuda", "world_size", "versions"]
+                  "simulated", "historical_reason", "needs_cuda", "world_size", "versions"]
 
 
 class BugSerializer(serializers.ModelSerializer):

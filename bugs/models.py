@@ -197,6 +197,9 @@ class Reproducer(models.Model):
         blank=True, help_text="What differs from the upstream report's setup (model, optimizer, loss, data, steps, "
                               "hardware) and why; empty for a clean reference pipeline.")
     simulated = models.BooleanField(default=False, help_text="A CPU analogue of a bug that needs other hardware.")
+    historical_reason = models.TextField(
+        blank=True, help_text="Why no environment today can show the bug (only builds long gone had it): the "
+                              "reproducer is kept as the record of how it showed, and never run; empty for the rest.")
     needs_cuda = models.BooleanField(default=False, db_index=True)
     world_size = models.PositiveIntegerField(default=1)
 

@@ -288,6 +288,9 @@ def manifest_problems(manifest, files, *, reproduces_bug=True):
                 if name not in manifest]
     if reproduces_bug:
         problems += fidelity_problems(manifest)
+    if "historical" in manifest and not _text(manifest["historical"]):
+        problems.append(f"{MANIFEST_NAME}: historical must say in a sentence why no environment today can show the "
+                        f"bug (e.g. only builds long gone had it).")
     if "strategy" in manifest and manifest["strategy"] not in STRATEGIES:
         problems.append(f"{MANIFEST_NAME}: strategy must be one of {', '.join(STRATEGIES)}.")
     entrypoint = manifest.get("entrypoint")

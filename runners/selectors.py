@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 def runnable_versions(bug_ids: Iterable[str] | None = None, cuda: bool = False,
                       pipelines: bool = False) -> list[ReproducerVersion]:
     """The latest approved version of each reproducer (CPU ones unless ``cuda``), of the given
-    bugs or of every bug that is not deprecated; of the clean reference pipelines if ``pipelines``."""
+    bugs or of every bug that is not deprecated; of the clean reference pipelines if ``pipelines``. Never a
+    historical reproducer: no environment today has the build that showed its bug."""
     versions = ReproducerVersion.objects.approved().filter(
         reproducer__needs_cuda=cuda, reproducer__bug__isnull=pipelines, reproducer__track=Track.CATALOG,
+        reproducer__historical_reason="",
     ).exclude(reproducer__bug__status=BugStatus.DEPRECATED)
     if bug_ids is not None:
         versions = versions.filter(reproducer__bug__bug_id__in=bug_ids)

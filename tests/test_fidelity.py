@@ -38,7 +38,7 @@ def without(manifest, changes):
 
 
 def test_the_catalog_has_the_reproducers_the_audit_covers():
-    assert len(BUG_REPRODUCERS) == 37 and len(PIPELINES) == 7
+    assert len(BUG_REPRODUCERS) == 40 and len(PIPELINES) == 7
 
 
 @pytest.mark.parametrize("folder", BUG_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
@@ -115,3 +115,55 @@ def test_the_docs_list_exactly_the_symptoms_of_the_code():
     catalog_doc = (settings.BASE_DIR / "docs" / "catalog.md").read_text()
     listed = catalog_doc.split("(`oracle.symptom`: ", 1)[1].split(")", 1)[0]
     assert re.findall(r"`(\w+)`", listed) == list(OracleSymptom.values)
+
+
+@pytest.mark.django_db
+def test_a_historical_reproducer_is_shown_with_its_reason_and_never_run(client, tmp_path):
+    """PT-5801 and PT-36485 had their bug only in builds that no environment can install today: their CUDA
+    reproducers are kept, marked historical with the reason, and left out of every campaign, evaluation and check;
+    the CUDA reproducer of a bug that current builds still have (PT-181723) is not."""
+    from runners.selectors import runnable_versions
+
+    for bug_id in ("PT-5801", "PT-36485", "PT-181723"):
+        shutil.copytree(CATALOG / bug_id, tmp_path / bug_id)
+    do_load_catalog(tmp_path)
+    declared = yaml.safe_load((CATALOG / "PT-5801" / "cuda" / MANIFEST_NAME).read_text())["historical"]
+    historical = Reproducer.objects.get(bug__bug_id="PT-5801", name="cuda")
+    assert historical.historical_reason == declared.strip() and "torch 0.3" in declared
+    assert [str(version.reproducer) for version in runnable_versions(cuda=True)] == ["PT-181723/cuda"]
+    assert {str(version.reproducer) for version in runnable_versions()} == {
+        "PT-5801/cpu", "PT-36485/cpu", "PT-181723/cpu"}
+    page = client.get("/bugs/PT-5801/").content.decode()
+    assert page.count("Historical, never run:") == 1 and "no environment today can run it" in page
+    shown = {r["name"]: r["historical_reason"] for r in client.get("/api/bugs/PT-5801/").json()["reproducers"]}
+    assert shown == {"cpu": "", "cuda": historical.historical_reason}
+
+
+def test_an_empty_historical_reason_is_refused_with_what_to_write(tmp_path):
+    folder = tmp_path / "cuda"
+    shutil.copytree(CATALOG / "PT-181723" / "cuda", folder)
+    manifest = yaml.safe_load((folder / MANIFEST_NAME).read_text())
+    (folder / MANIFEST_NAME).write_text(yaml.safe_dump({**manifest, "historical": " "}))
+    with pytest.raises(ValidationError, match="historical must say in a sentence why no environment today"):
+        parse_reproducer_folder(folder)
+
+
+CUDA_REPRODUCERS = [folder for folder in BUG_REPRODUCERS
+                    if yaml.safe_load((folder / MANIFEST_NAME).read_text())["needs"].get("cuda")]
+
+
+@pytest.mark.parametrize("folder", CUDA_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
+def test_a_cuda_reproducer_without_a_gpu_refuses_clearly_before_it_reports_anything(folder, tmp_path):
+    """Run for real where torch sees no CUDA device: status 2, one sentence on stderr naming what it needs, and no
+    record (a run that reported a start, or an oracle, would read as a bug that did not show)."""
+    import os
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.jsonl"
+    done = subprocess.run([sys.executable, "repro.py", "--variant", "buggy", "--seed", "0", "--steps", "2"],
+                          cwd=folder, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "SILENTBENCH_REPORT": str(report)})
+    assert done.returncode == 2, done.stderr
+    assert f"{folder.parent.name}/cuda needs a CUDA GPU" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not report.exists() and not done.stdout

@@ -117,3 +117,27 @@ def test_gpu_check_prints_every_probe_and_fails_on_a_node_whose_gpus_fail(two_gp
     probes = [line.split()[:3] for line in lines if line.startswith("          ")]
     assert probes == [["0", "no", "FAILED:"], ["0", "yes", "FAILED:"], ["1", "no", "FAILED:"], ["1", "yes", "FAILED:"]]
     assert lines[-1].startswith("runs      none: no GPU passed its sealed probe")
+
+
+@pytest.mark.django_db
+def test_a_reproducer_is_verified_only_at_every_buggy_run_manifested_and_no_fixed_one():
+    from runners.management.commands.gpu_check import as_expected, tallies
+    from runners.models import RunStatus
+
+    from .factories import ReproducerVersionFactory, RunFactory
+
+    def runs_of(buggy, fixed, failed=()):
+        version = ReproducerVersionFactory()
+        return [RunFactory(reproducer_version=version, variant=variant, seed=seed, manifested=shown,
+                           status=RunStatus.FAILED if (variant, seed) in failed else RunStatus.SUCCEEDED)
+                for variant, shown_by_seed in (("buggy", buggy), ("fixed", fixed))
+                for seed, shown in enumerate(shown_by_seed)]
+
+    verified, flaky, leaky, broken = (runs_of([True] * 3, [False] * 3), runs_of([True, False, True], [False] * 3),
+                                      runs_of([True] * 3, [False, True, False]),
+                                      runs_of([True] * 3, [False] * 3, failed={("fixed", 2)}))
+    found = tallies(verified + flaky + leaky + broken)
+    assert [(t["buggy"], t["buggy_runs"], t["fixed"], t["fixed_runs"], t["verdict"]) for t in found.values()] == [
+        (3, 3, 0, 3, "verified"), (2, 3, 0, 3, "not verified"), (3, 3, 1, 3, "not verified"),
+        (3, 3, 0, 3, "runs failed")]
+    assert all(map(as_expected, verified)) and not all(map(as_expected, flaky + leaky + broken))

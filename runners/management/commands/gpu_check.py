@@ -1,10 +1,11 @@
 """The check an operator runs on a new GPU node before it takes runs (``bin/gpu-check`` sets up its Python first).
 
 The CUDA probe of runners.environments.gpu_check on every GPU, unsealed and then sealed as a run holding it; then
-every CUDA reproducer of the catalog, buggy and fixed, through a real ``celery worker -Q auto-gpu`` on this node
-(which checks its GPUs again as it starts); then one table: the node (GPU, driver, CUDA, torch, the sandbox's
-layers), each probe, and each run's verdict and time. Exits 1 when a probe or a run did not do what it should: the
-sealed probe failing, a run failing, a buggy variant not showing its bug, a fixed one showing it.
+every CUDA reproducer of the catalog, buggy and fixed over ``--seeds`` seeds (3: a reproducer is verified at 3/3
+buggy and 0/3 fixed), through a real ``celery worker -Q auto-gpu`` on this node (which checks its GPUs again as it
+starts); then one table: the node (GPU, driver, CUDA, torch, the sandbox's layers), each probe, each run's verdict
+and time, and each reproducer's tally. Exits 1 when a probe or a run did not do what it should: the sealed probe
+failing, a run failing, a buggy variant not showing its bug, a fixed one showing it.
 """
 import time
 
@@ -35,9 +36,11 @@ class Command(BaseCommand):
         parser.add_argument("--scratch", action="store_true",
                             help="the database, broker and run directories are this check's own (bin/gpu-check "
                                  "passes it): only then are the runs made, never in a lab's own")
+        parser.add_argument("--seeds", type=positive_int, default=3,
+                            help="seeds 0..N-1 of each variant (default 3: verified means 3/3 buggy, 0/3 fixed)")
         parser.add_argument("--timeout", type=positive_int, default=420, help="seconds for the runs (default 420)")
 
-    def handle(self, *args, bugs=None, no_runs=False, scratch=False, timeout=420, **options):
+    def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=420, **options):
         facts, gpus = host_facts(), gpu_inventory()
         import torch  # the node's own build: what the runs import
 
@@ -62,12 +65,12 @@ class Command(BaseCommand):
         if not usable:
             self.line("\nruns      none: no GPU passed its sealed probe, so a worker here would offer none")
         elif not no_runs:
-            ok = self.runs(bugs.split(",") if bugs else None, usable, timeout, scratch) and ok
+            ok = self.runs(bugs.split(",") if bugs else None, seeds, usable, timeout, scratch) and ok
         if not ok:
             raise CommandError("this node is not ready for GPU runs: see the FAILED lines above")
         self.line("\nthis node is ready for GPU runs")
 
-    def runs(self, bug_ids, gpu_count, timeout, scratch):
+    def runs(self, bug_ids, seeds, gpu_count, timeout, scratch):
         embedded = (settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
                     and settings.CELERY_BROKER_URL.startswith("filesystem://"))
         if not (scratch and embedded):  # its worker would take a lab's GPU runs, and its campaign land in its database
@@ -79,7 +82,7 @@ class Command(BaseCommand):
         versions = runnable_versions(bug_ids, cuda=True)
         if not versions:
             raise CommandError("no CUDA reproducer in the catalog" + (f" for {', '.join(bug_ids)}" if bug_ids else ""))
-        plan = CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy", "fixed"], [0])
+        plan = CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy", "fixed"], list(range(seeds)))
         campaign = do_create_campaign(f"gpu-check {time.strftime('%Y-%m-%d %H:%M')}", plan, acting_user=None)
         log = settings.VAR_DIR / "logs" / "gpu-check-worker.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -89,20 +92,44 @@ class Command(BaseCommand):
                     raise CommandError(f"The worker exited:\n{log_tail(log)}")
 
             wait_for_campaign(campaign, lambda line: None, timeout=timeout, watchdog=watchdog)
-        ok = True
-        self.line("\nrun       reproducer                     variant  status     verdict      seconds  reason")
-        for run in campaign.runs.select_related("reproducer_version__reproducer__bug").order_by("pk"):
-            expected = run.variant == "buggy"
-            right = run.status == RunStatus.SUCCEEDED and run.manifested == expected
+        runs = list(campaign.runs.select_related("reproducer_version__reproducer__bug").order_by("pk"))
+        self.line("\nrun       reproducer                     variant  seed  status     verdict      seconds  reason")
+        for run in runs:
             verdict = ("-" if run.manifested is None else "manifested" if run.manifested else "clean")
             seconds = f"{run.wall_seconds:.1f}" if run.wall_seconds is not None else "-"
-            self.line(f"          {str(run.reproducer_version.reproducer):<30.30} {run.variant:<8} {run.status:<10} "
-                      f"{verdict:<12} {seconds:<8} {'' if right else 'FAILED: '}{run.failure_reason[:200]}")
-            ok = ok and right
-        return ok
+            self.line(f"          {str(run.reproducer_version.reproducer):<30.30} {run.variant:<8} {run.seed:<5} "
+                      f"{run.status:<10} {verdict:<12} {seconds:<8} {'' if as_expected(run) else 'FAILED: '}"
+                      f"{run.failure_reason[:200]}")
+        self.line("\ntally     reproducer                     buggy manifested  fixed manifested  verdict")
+        for reproducer, tally in tallies(runs).items():
+            self.line(f"          {reproducer:<30.30} {tally['buggy']}/{tally['buggy_runs']:<16} "
+                      f"{tally['fixed']}/{tally['fixed_runs']:<16} {tally['verdict']}")
+        return all(as_expected(run) for run in runs)
 
     def line(self, text):
         self.stdout.write(text)
+
+
+def as_expected(run):
+    """A buggy run that succeeded and showed its bug, or a fixed one that succeeded and did not."""
+    return run.status == RunStatus.SUCCEEDED and run.manifested == (run.variant == "buggy")
+
+
+def tallies(runs):
+    """Per reproducer: how many buggy and fixed runs showed the bug, out of how many, and the verdict: verified
+    when every buggy run showed it and no fixed run did, every run having succeeded."""
+    found = {}
+    for run in runs:
+        tally = found.setdefault(str(run.reproducer_version.reproducer),
+                                 {"buggy": 0, "buggy_runs": 0, "fixed": 0, "fixed_runs": 0, "failed": 0})
+        tally[f"{run.variant}_runs"] += 1
+        tally[run.variant] += bool(run.manifested)
+        tally["failed"] += run.status != RunStatus.SUCCEEDED
+    for tally in found.values():
+        tally["verdict"] = ("runs failed" if tally["failed"] else
+                            "verified" if tally["buggy"] == tally["buggy_runs"] and not tally["fixed"] else
+                            "not verified")
+    return found
 
 
 def fmt(value, spec):
