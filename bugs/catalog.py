@@ -135,7 +135,7 @@ def reproducer_fields(manifest):
         "oracle_check": str(oracle.get("check", "")).strip(),
         "fidelity_note": str(manifest.get("fidelity_note", "")).strip(),
         "simulated": bool(manifest.get("simulated", False)),
-        "historical_reason": str(manifest.get("historical", "")).strip(),
+        "historical_reason": str(manifest.get("historical_reason", "")).strip(),
         "needs_cuda": bool(needs.get("cuda", False)),
         "world_size": int(needs.get("world_size", 1)),
     }

@@ -288,9 +288,9 @@ def manifest_problems(manifest, files, *, reproduces_bug=True):
                 if name not in manifest]
     if reproduces_bug:
         problems += fidelity_problems(manifest)
-    if "historical" in manifest and not _text(manifest["historical"]):
-        problems.append(f"{MANIFEST_NAME}: historical must say in a sentence why no environment today can show the "
-                        f"bug (e.g. only builds long gone had it).")
+    if "historical_reason" in manifest and not _text(manifest["historical_reason"]):
+        problems.append(f"{MANIFEST_NAME}: historical_reason must say in a sentence why no environment today can "
+                        f"show the bug (e.g. only builds long gone had it).")
     if "strategy" in manifest and manifest["strategy"] not in STRATEGIES:
         problems.append(f"{MANIFEST_NAME}: strategy must be one of {', '.join(STRATEGIES)}.")
     entrypoint = manifest.get("entrypoint")
@@ -356,6 +356,9 @@ def reproducer_problems(files):
     except UntrustedInputError as error:
         return {}, [f"{MANIFEST_NAME}: {error}"]
     problems = manifest_problems(manifest, files)
+    if isinstance(manifest, dict) and "historical_reason" in manifest:
+        problems.append(f"{MANIFEST_NAME}: historical_reason is for the catalog's own records of bugs no environment "
+                        f"can show any more; a submitted reproducer is verified by running it, so leave it out.")
     sources = {path: text for path, text in files.items() if path.endswith(".py")}
     if not sources:
         problems.append("No Python file: a reproducer is a standalone PyTorch program.")

@@ -124,14 +124,18 @@ class CampaignPlan:
         pipeline has only its fixed variant, ``skip(version, detector)`` leaves out others (a detector's own
         fit references), and a version runs only in the environments that have the packages it declares
         (``needs.packages``: ``torch>=2.4``). ``environments`` None is the default one. Only approved versions
-        are accepted. ``canaries``: a clean pipeline also runs presented as buggy, the same clean program under the
-        label a detector in its process could read (evaluation.integrity)."""
+        are accepted, and never a historical one. ``canaries``: a clean pipeline also runs presented as buggy, the
+        same clean program under the label a detector in its process could read (evaluation.integrity)."""
         variants, seeds = tuple(dict.fromkeys(variants)), tuple(sorted(set(seeds)))
         environments = tuple(dict.fromkeys(environments)) if environments is not None else (default_environment(),)
         problems = {}
         unapproved = [str(version) for version in versions if not version.is_approved]
         if unapproved:
             problems["versions"] = [f"Not approved by a maintainer, so they cannot run: {', '.join(unapproved)}"]
+        historical = [str(version) for version in versions if version.reproducer.historical_reason]
+        if historical:
+            problems.setdefault("versions", []).append(
+                f"Historical: no environment today can show their bugs, so they never run: {', '.join(historical)}")
         if not versions:
             problems.setdefault("bugs", []).append("Pick at least one bug or pipeline that has an approved reproducer.")
         if not detectors:

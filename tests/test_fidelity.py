@@ -127,7 +127,7 @@ def test_a_historical_reproducer_is_shown_with_its_reason_and_never_run(client, 
     for bug_id in ("PT-5801", "PT-36485", "PT-181723"):
         shutil.copytree(CATALOG / bug_id, tmp_path / bug_id)
     do_load_catalog(tmp_path)
-    declared = yaml.safe_load((CATALOG / "PT-5801" / "cuda" / MANIFEST_NAME).read_text())["historical"]
+    declared = yaml.safe_load((CATALOG / "PT-5801" / "cuda" / MANIFEST_NAME).read_text())["historical_reason"]
     historical = Reproducer.objects.get(bug__bug_id="PT-5801", name="cuda")
     assert historical.historical_reason == declared.strip() and "torch 0.3" in declared
     assert [str(version.reproducer) for version in runnable_versions(cuda=True)] == ["PT-181723/cuda"]
@@ -135,6 +135,7 @@ def test_a_historical_reproducer_is_shown_with_its_reason_and_never_run(client, 
         "PT-5801/cpu", "PT-36485/cpu", "PT-181723/cpu"}
     page = client.get("/bugs/PT-5801/").content.decode()
     assert page.count("Historical, never run:") == 1 and "no environment today can run it" in page
+    assert page.count("Not verified yet.") == 1  # the cpu analogue's; the historical one is never verified
     shown = {r["name"]: r["historical_reason"] for r in client.get("/api/bugs/PT-5801/").json()["reproducers"]}
     assert shown == {"cpu": "", "cuda": historical.historical_reason}
 
@@ -143,8 +144,8 @@ def test_an_empty_historical_reason_is_refused_with_what_to_write(tmp_path):
     folder = tmp_path / "cuda"
     shutil.copytree(CATALOG / "PT-181723" / "cuda", folder)
     manifest = yaml.safe_load((folder / MANIFEST_NAME).read_text())
-    (folder / MANIFEST_NAME).write_text(yaml.safe_dump({**manifest, "historical": " "}))
-    with pytest.raises(ValidationError, match="historical must say in a sentence why no environment today"):
+    (folder / MANIFEST_NAME).write_text(yaml.safe_dump({**manifest, "historical_reason": " "}))
+    with pytest.raises(ValidationError, match="historical_reason must say in a sentence why no environment today"):
         parse_reproducer_folder(folder)
 
 
@@ -167,3 +168,21 @@ def test_a_cuda_reproducer_without_a_gpu_refuses_clearly_before_it_reports_anyth
     assert done.returncode == 2, done.stderr
     assert f"{folder.parent.name}/cuda needs a CUDA GPU" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not report.exists() and not done.stdout
+
+
+@pytest.mark.django_db
+def test_a_historical_reproducer_is_refused_by_a_plan_and_a_submission_may_not_be_one(tmp_path):
+    """Whatever names it (a campaign form, the API, a verification on approval), a plan refuses a historical
+    reproducer; and only the catalog's own records may be historical, since a submission is verified by running."""
+    from bugs.submissions import reproducer_problems
+    from runners.actions.detectors import do_record_detector
+    from runners.plans import CampaignPlan
+
+    shutil.copytree(CATALOG / "PT-5801", tmp_path / "PT-5801")
+    do_load_catalog(tmp_path)
+    historical = Reproducer.objects.get(bug__bug_id="PT-5801", name="cuda").latest_version()
+    with pytest.raises(ValidationError, match="Historical: no environment today can show their bugs"):
+        CampaignPlan.build([historical], [do_record_detector("plain")])
+    files = {**FILES, MANIFEST_NAME: yaml.safe_dump({**SUBMISSION_MANIFEST, "historical_reason": "Only torch 0.3."})}
+    assert any("historical_reason is for the catalog's own records" in problem
+               for problem in reproducer_problems(files)[1])

@@ -126,18 +126,20 @@ def test_a_reproducer_is_verified_only_at_every_buggy_run_manifested_and_no_fixe
 
     from .factories import ReproducerVersionFactory, RunFactory
 
-    def runs_of(buggy, fixed, failed=()):
+    def runs_of(buggy, fixed, status=None):
         version = ReproducerVersionFactory()
         return [RunFactory(reproducer_version=version, variant=variant, seed=seed, manifested=shown,
-                           status=RunStatus.FAILED if (variant, seed) in failed else RunStatus.SUCCEEDED)
+                           status=status if (variant, seed) == ("fixed", 2) and status else RunStatus.SUCCEEDED)
                 for variant, shown_by_seed in (("buggy", buggy), ("fixed", fixed))
                 for seed, shown in enumerate(shown_by_seed)]
 
-    verified, flaky, leaky, broken = (runs_of([True] * 3, [False] * 3), runs_of([True, False, True], [False] * 3),
-                                      runs_of([True] * 3, [False, True, False]),
-                                      runs_of([True] * 3, [False] * 3, failed={("fixed", 2)}))
-    found = tallies(verified + flaky + leaky + broken)
+    verified, flaky, leaky = (runs_of([True] * 3, [False] * 3), runs_of([True, False, True], [False] * 3),
+                              runs_of([True] * 3, [False, True, False]))
+    broken, late = (runs_of([True] * 3, [False] * 3, RunStatus.FAILED),
+                    runs_of([True] * 3, [False] * 3, RunStatus.QUEUED))
+    found = tallies(verified + flaky + leaky + broken + late)
     assert [(t["buggy"], t["buggy_runs"], t["fixed"], t["fixed_runs"], t["verdict"]) for t in found.values()] == [
         (3, 3, 0, 3, "verified"), (2, 3, 0, 3, "not verified"), (3, 3, 1, 3, "not verified"),
-        (3, 3, 0, 3, "runs failed")]
-    assert all(map(as_expected, verified)) and not all(map(as_expected, flaky + leaky + broken))
+        (3, 3, 0, 3, "runs failed"), (3, 3, 0, 3, "runs not finished in time (--timeout)")]
+    assert all(map(as_expected, verified))
+    assert not any(all(map(as_expected, runs)) for runs in (flaky, leaky, broken, late))

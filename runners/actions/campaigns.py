@@ -87,13 +87,14 @@ def do_retry_failed_runs(campaign: Campaign, runs: QuerySet[Run] | None = None, 
     Their results and alarms are cleared and the campaign is open again; what they were (status, kind,
     reason, worker, ...) and who had cancelled the campaign are kept in the audit record. The approval of
     each version is checked again when it runs. Returns the IDs queued. An overhead measurement's runs are
-    not retried: only the process that made them times them (evaluation.overhead).
+    not retried: only the process that made them times them (evaluation.overhead); nor is a historical
+    reproducer's, which never runs.
     """
     if not campaign.runs_through_broker:
         raise ValidationError(f"{campaign} is an overhead measurement: its runs are timed one by one by the "
                               f"command that made them; run `manage.py evaluate` again instead of retrying.")
     runs = (runs if runs is not None else campaign.runs.all()).filter(
-        campaign=campaign, status__in=UNSUCCESSFUL_STATUSES)
+        campaign=campaign, status__in=UNSUCCESSFUL_STATUSES, reproducer_version__reproducer__historical_reason="")
     if kinds is not None:
         kinds = list(dict.fromkeys(RunFailureKind(kind) for kind in kinds))  # ValueError for a name that is no kind
         runs = runs.filter(failure_kind__in=kinds)

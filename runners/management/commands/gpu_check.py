@@ -26,6 +26,8 @@ from ...progress import wait_for_campaign
 from ...selectors import runnable_versions
 from ...worker.local import local_worker, log_tail
 
+RUN_PAIR_SECONDS = 140  # a buggy and a fixed run of one seed on one GPU, starts included: the default time for the runs
+
 
 class Command(BaseCommand):
     help = "Check this GPU node: the CUDA probe unsealed and sealed on each GPU, then every CUDA reproducer."
@@ -38,9 +40,11 @@ class Command(BaseCommand):
                                  "passes it): only then are the runs made, never in a lab's own")
         parser.add_argument("--seeds", type=positive_int, default=3,
                             help="seeds 0..N-1 of each variant (default 3: verified means 3/3 buggy, 0/3 fixed)")
-        parser.add_argument("--timeout", type=positive_int, default=420, help="seconds for the runs (default 420)")
+        parser.add_argument("--timeout", type=positive_int,
+                            help="seconds for all the runs (default: 140 per seed of each CUDA reproducer, over the "
+                                 "GPUs that passed)")
 
-    def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=420, **options):
+    def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=None, **options):
         facts, gpus = host_facts(), gpu_inventory()
         import torch  # the node's own build: what the runs import
 
@@ -83,6 +87,7 @@ class Command(BaseCommand):
         if not versions:
             raise CommandError("no CUDA reproducer in the catalog" + (f" for {', '.join(bug_ids)}" if bug_ids else ""))
         plan = CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy", "fixed"], list(range(seeds)))
+        timeout = timeout or RUN_PAIR_SECONDS * seeds * len(versions) // gpu_count
         campaign = do_create_campaign(f"gpu-check {time.strftime('%Y-%m-%d %H:%M')}", plan, acting_user=None)
         log = settings.VAR_DIR / "logs" / "gpu-check-worker.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -102,8 +107,8 @@ class Command(BaseCommand):
                       f"{run.failure_reason[:200]}")
         self.line("\ntally     reproducer                     buggy manifested  fixed manifested  verdict")
         for reproducer, tally in tallies(runs).items():
-            self.line(f"          {reproducer:<30.30} {tally['buggy']}/{tally['buggy_runs']:<16} "
-                      f"{tally['fixed']}/{tally['fixed_runs']:<16} {tally['verdict']}")
+            self.line(f"          {reproducer:<30.30} {str(tally['buggy']) + '/' + str(tally['buggy_runs']):<17} "
+                      f"{str(tally['fixed']) + '/' + str(tally['fixed_runs']):<17} {tally['verdict']}")
         return all(as_expected(run) for run in runs)
 
     def line(self, text):
@@ -120,13 +125,16 @@ def tallies(runs):
     when every buggy run showed it and no fixed run did, every run having succeeded."""
     found = {}
     for run in runs:
-        tally = found.setdefault(str(run.reproducer_version.reproducer),
-                                 {"buggy": 0, "buggy_runs": 0, "fixed": 0, "fixed_runs": 0, "failed": 0})
+        tally = found.setdefault(str(run.reproducer_version.reproducer), dict.fromkeys(
+            ("buggy", "buggy_runs", "fixed", "fixed_runs", "failed", "unfinished"), 0))
         tally[f"{run.variant}_runs"] += 1
         tally[run.variant] += bool(run.manifested)
-        tally["failed"] += run.status != RunStatus.SUCCEEDED
+        unfinished = run.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+        tally["unfinished"] += unfinished
+        tally["failed"] += run.status != RunStatus.SUCCEEDED and not unfinished
     for tally in found.values():
-        tally["verdict"] = ("runs failed" if tally["failed"] else
+        tally["verdict"] = ("runs not finished in time (--timeout)" if tally["unfinished"] else
+                            "runs failed" if tally["failed"] else
                             "verified" if tally["buggy"] == tally["buggy_runs"] and not tally["fixed"] else
                             "not verified")
     return found
