@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from bugs.models import Reproducer
 from core.models import AuditEvent
 from devtools import synthetic
 from runners import failures, tasks
@@ -262,6 +263,16 @@ def test_retry_by_kind_queues_only_those_kinds(failed_campaign):
         do_retry_failed_runs(campaign, kinds=["bogus"], acting_user=None)
     assert sorted(do_retry_failed_runs(campaign, acting_user=None)) == sorted(
         runs[name].pk for name in (Kind.TIME_LIMIT, "time_limit_2", Kind.CANCELLED, "unclassified"))
+
+
+def test_a_retry_leaves_a_historical_reproducers_runs_as_they_are(failed_campaign):
+    """A reproducer marked historical after its runs failed never runs again, a retry included."""
+    campaign, runs = failed_campaign
+    crash = runs[Kind.CRASH]
+    Reproducer.objects.filter(pk=crash.reproducer_version.reproducer_id).update(
+        historical_reason="Only torch 0.3 had the bug.")
+    assert crash.pk not in do_retry_failed_runs(campaign, acting_user=None)
+    assert Run.objects.get(pk=crash.pk).status == RunStatus.FAILED
 
 
 def test_the_api_retries_by_kind_and_refuses_unknown_kinds(failed_campaign):
