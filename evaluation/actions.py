@@ -53,7 +53,7 @@ from runners.plans import MAX_STEPS, CampaignPlan
 from runners.selectors import runnable_versions, visible_runs
 from sensitivity.oracle import DEFAULT_QUANTILE
 
-from .models import Bisection, BisectionProbe, BisectionStatus, Evaluation, SensitivityEvaluation
+from .models import Bisection, BisectionProbe, BisectionStatus, Device, Evaluation, SensitivityEvaluation
 from .published import (
     PUBLISHED_DIR,
     VERSION_FIELDS,
@@ -95,13 +95,13 @@ def run_tables(runs: QuerySet[Run]) -> dict[str, list[dict[str, Any]]]:
 @transaction.atomic
 def do_store_evaluation(campaign: Campaign, overhead_campaign: Campaign | None, overhead: list[dict[str, Any]],
                         fits: list[dict[str, Any]], parameters: dict[str, Any], wall_seconds: float, *,
-                        acting_user: User | None) -> Evaluation:
+                        device: str = Device.CPU, acting_user: User | None) -> Evaluation:
     """Store a finished evaluation: its tables computed from its campaign's runs, with the overhead and
-    fit tables measured apart."""
+    fit tables measured apart; ``device``, where its runs ran."""
     runs = campaign.runs.all()
     evaluation = Evaluation.objects.create(
         campaign=campaign, overhead_campaign=overhead_campaign, parameters={**parameters, **run_counts(runs)},
-        tables={**run_tables(runs), "overhead": overhead, "fits": fits}, wall_seconds=wall_seconds)
+        tables={**run_tables(runs), "overhead": overhead, "fits": fits}, wall_seconds=wall_seconds, device=device)
     audit.record(acting_user, AuditAction.CREATE, evaluation, f"stored evaluation #{evaluation.pk} of {campaign}")
     return evaluation
 
@@ -222,7 +222,8 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
     evaluation = Evaluation.objects.create(
         campaign=campaigns["evaluation"], overhead_campaign=campaigns.get("overhead"),
         parameters=stored["parameters"], tables=stored["tables"], wall_seconds=stored["wall_seconds"],
-        published_id=published_id, published_at=_parsed(snapshot)["published_at"])
+        published_id=published_id, published_at=_parsed(snapshot)["published_at"],
+        device=stored.get("device", Device.CPU))  # snapshots made before GPU evaluations are all CPU ones
     if evaluation.tables_digest != stored["tables_digest"]:
         raise SnapshotError(f"{published_id}: its tables do not match their digest (changed after publishing?)")
     _with_times(evaluation, stored, "created_at")

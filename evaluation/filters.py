@@ -12,7 +12,7 @@ from django import forms
 
 from bugs.models import Bug, FaultLocation, Framework
 from bugs.selectors import visible_bugs, visible_reproducers
-from runners.models import Detector
+from runners.selectors import watched_by, watcher_names
 
 from .metrics import Outcome
 
@@ -35,8 +35,7 @@ class ResultFilterForm(forms.Form):
         """The bugs offered are those with a reproducer that ``user`` may see (None: the public). The choices are
         read when first needed, once (a query without these fields validates without them)."""
         super().__init__(*args, **kwargs)
-        self.fields["detector"].choices = cache(lambda: [
-            (name, name) for name in Detector.objects.order_by("name").values_list("name", flat=True).distinct()])
+        self.fields["detector"].choices = cache(lambda: [(name, name) for name in watcher_names()])
         self.fields["bug"].choices = cache(lambda: [(bug_id, bug_id) for bug_id in (
             visible_bugs(user).filter(reproducers__in=visible_reproducers(user)).order_by("bug_id")
             .values_list("bug_id", flat=True).distinct())])
@@ -93,7 +92,7 @@ class Criteria:
         """Runs of the chosen detectors on the chosen bugs (clean reference pipelines drop out once
         the bugs are narrowed, since they belong to no bug)."""
         if self.detectors:
-            runs = runs.filter(detector__name__in=self.detectors)
+            runs = runs.filter(watched_by(self.detectors))
         if self.narrows_bugs:
             runs = runs.filter(reproducer_version__reproducer__bug__in=self.bug_queryset())
         return runs

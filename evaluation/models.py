@@ -9,11 +9,20 @@ from runners.bisection import ReleaseOutcome
 from runners.models import Campaign
 
 
+class Device(models.TextChoices):
+    """Where an evaluation's runs ran: the pages show each kind's evaluations apart, never one for the other."""
+
+    CPU = "cpu", "CPU"
+    GPU = "gpu", "GPU"
+
+
 class Evaluation(models.Model):
     """One full evaluation (corpus x detectors x variants x seeds, plus overhead pairs), with its tables.
 
     The tables are stored as computed when the evaluation finished, so the dashboard, the exports and
-    docs/results.md show the same numbers even after more runs land.
+    docs/results.md show the same numbers even after more runs land. A GPU evaluation (``manage.py evaluate --cuda``:
+    the CUDA reproducers on a GPU node) is set apart from the CPU one by ``device``: "the latest evaluation" is the
+    latest of a device, and its parameters name the GPU, driver, CUDA and torch.
     """
 
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="evaluations")
@@ -30,6 +39,8 @@ class Evaluation(models.Model):
         help_text="Set once it is published (evaluation.published): the name it is cited by, the same in every "
                   "database that loads its snapshot, e.g. 2026-11-28.3f2a9c1b (its date and its tables' digest).")
     published_at = models.DateTimeField(null=True, blank=True)
+    device = models.CharField(max_length=8, choices=Device.choices, default=Device.CPU,
+                              help_text="Where its runs ran; the pages show CPU and GPU evaluations apart.")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -54,6 +65,17 @@ class Evaluation(models.Model):
 
     def get_absolute_url(self):
         return reverse("evaluation:results") + f"?evaluation={self.pk}"
+
+    @property
+    def environment(self):
+        """Where its runs ran, in words: the GPU with its driver and CUDA for a GPU evaluation, then torch."""
+        parameters = self.parameters or {}
+        torch = f"torch {parameters['torch']}" if parameters.get("torch") else "torch not recorded"
+        if self.device != Device.GPU:
+            return f"CPU, {torch}"
+        details = ", ".join(part for part in (parameters.get("gpu_driver") and f"driver {parameters['gpu_driver']}",
+                                              parameters.get("cuda") and f"CUDA {parameters['cuda']}") if part)
+        return f"{parameters.get('gpu') or 'GPU'}{f' ({details})' if details else ''}, {torch}"
 
 
 def tables_digest_of(tables):

@@ -3,11 +3,12 @@
 ``manage.py publish_evaluation`` names a stored evaluation (its ``published_id``: its date and its tables' digest)
 and writes its snapshot to ``evaluation/published/<published_id>.json.gz``; ``manage.py load_results`` (which the
 quickstart runs) loads every snapshot there into a database, so that a fresh install shows the published numbers
-before it has run anything. A snapshot holds what the pages read: the evaluation's stored tables and parameters,
-its campaigns, every run with its alarms (as lists of ``ALARM_FIELDS``), step records and oracle verdict (not its
-stdout and stderr, nor the TrainCheck fit artifacts, which are large: the fits table keeps their figures), the
-reproducer versions and detector code they ran (by content, so that a catalog changed since still shows what ran),
-the environments, and the stability checks of those versions. Loading it twice changes nothing.
+before it has run anything. A snapshot holds what the pages read: the evaluation's stored tables, parameters and
+device (CPU or GPU), its campaigns, every run with its alarms (as lists of ``ALARM_FIELDS``), step records and
+oracle verdict (not its stdout and stderr, nor the TrainCheck fit artifacts, which are large: the fits table keeps
+their figures), the reproducer versions and detector code they ran (by content, so that a catalog changed since
+still shows what ran), the environments, and the stability checks of those versions. Loading it twice changes
+nothing.
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def snapshot_of(evaluation: Evaluation) -> dict[str, Any]:
         "published_at": evaluation.published_at,
         "evaluation": {"created_at": evaluation.created_at, "parameters": evaluation.parameters,
                        "tables": evaluation.tables, "tables_digest": evaluation.tables_digest,
-                       "wall_seconds": evaluation.wall_seconds},
+                       "wall_seconds": evaluation.wall_seconds, "device": evaluation.device},
         "campaigns": {role: fields_of(campaign, CAMPAIGN_FIELDS) for role, campaign in campaigns.items()
                       if campaign is not None},
         "reproducer_versions": list(versions.values()), "detectors": list(detectors.values()),

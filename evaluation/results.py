@@ -15,7 +15,7 @@ from runners.models import CampaignPurpose, Run, RunStatus
 from runners.selectors import counted_runs, visible_campaigns
 
 from .filters import ResultFilterForm
-from .models import Evaluation
+from .models import Device, Evaluation
 from .overhead import OVERHEAD_COLUMNS
 from .tables import (
     DETECTION_COLUMNS,
@@ -72,10 +72,23 @@ def results_viewer(user):
 
 
 @per_request
-def latest_evaluation(viewer):
-    """The latest stored evaluation whose campaign ``viewer`` (``results_viewer``'s) may see, or None: asked once
-    per request (the catalog's leaderboard box and "caught by" column both show it)."""
-    return evaluations_for(viewer).first()
+def latest_evaluation(viewer, device=Device.CPU):
+    """The latest stored evaluation of ``device`` whose campaign ``viewer`` (``results_viewer``'s) may see, or None:
+    asked once per request (the catalog's leaderboard box and "caught by" column both show it). The CPU one by
+    default: it covers the whole catalog and is the headline; a GPU evaluation is shown where asked for by name
+    (``environment_tabs``)."""
+    return evaluations_for(viewer).filter(device=device).first()
+
+
+def environment_tabs(viewer, shown):
+    """The results and leaderboard pages' switch between environments: per device, the latest evaluation of it
+    that ``viewer`` may see (None: none yet), and whether it is the one ``shown``."""
+    tabs = []
+    for device, label in Device.choices:
+        evaluation = latest_evaluation(viewer, device)
+        tabs.append({"device": device, "label": label, "evaluation": evaluation,
+                     "current": shown is not None and shown.device == device})
+    return tabs
 
 
 def cached_for(evaluation, part, compute):
@@ -113,8 +126,8 @@ def without_nan(frame):
 
 class Results:
     """``?evaluation=ID`` selects an evaluation's stored tables, ``?campaign=ID`` the live tables of a
-    campaign's runs; with neither, the latest evaluation, or every run if there is none. With
-    both, the campaign is shown and the evaluation ignored (``ignored_evaluation``). An ID that names no
+    campaign's runs; with neither, the latest CPU evaluation (``latest_evaluation``), or every run if there is none.
+    With both, the campaign is shown and the evaluation ignored (``ignored_evaluation``). An ID that names no
     evaluation or campaign (or is not a number) raises NotFound. The filter fields (``evaluation.filters``)
     narrow them.
 
@@ -161,7 +174,12 @@ class Results:
 
     @cached_property
     def judged(self):
-        return judged_runs(self.runs)
+        """The selected runs judged, one row per detector that watched them (a bundle's run, one per member): only
+        the filter's detectors."""
+        judged = judged_runs(self.runs)
+        if self.criteria.detectors:
+            judged = [item for item in judged if item[0]["detector__name"] in self.criteria.detectors]
+        return judged
 
     def _stored(self, key, columns):
         return pd.DataFrame.from_records(self.evaluation.tables.get(key, []), columns=columns)

@@ -13,7 +13,7 @@ from functools import cached_property
 from core.caching import digest
 from core.enums import Variant
 from runners.models import Run, RunStatus, runs_for_listing
-from runners.selectors import outside_sensitivity_track, visible_runs
+from runners.selectors import outside_sensitivity_track, visible_runs, watched_by
 
 from .leaderboard import selection_query
 from .results import Results
@@ -50,7 +50,7 @@ class RunList:
         else:  # every run, as the live tables count them (runners.selectors.counted_runs)
             runs = outside_sensitivity_track(runs)
         if "detector" in narrowed:
-            runs = runs.filter(detector__name=narrowed["detector"])
+            runs = runs.filter(watched_by([narrowed["detector"]]))
         if "bug" in narrowed:
             runs = runs.filter(reproducer_version__reproducer__bug__bug_id=narrowed["bug"])
         if "verdict" in narrowed or "variant" in narrowed:
@@ -60,6 +60,7 @@ class RunList:
             ids = results.cached(f"run-list:{digest(sorted(narrowed.items()))}", lambda: [
                 row["id"] for row, verdict, _ in judged_runs(runs)
                 if narrowed.get("variant", row["variant"]) == row["variant"] == row["presented_as"]
+                and narrowed.get("detector", row["detector__name"]) == row["detector__name"]  # a bundle's member
                 and matches(row, verdict)])
             runs = runs.filter(pk__in=ids)
         return runs_for_listing(runs).order_by("id")

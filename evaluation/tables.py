@@ -8,6 +8,7 @@ from core.caching import per_request
 from core.enums import ReviewState, Variant
 from runners.detectors import all_plugins
 from runners.detectors.base import INTEGRATIONS
+from runners.detectors.bundle import Bundle
 from runners.models import Alarm, DetectorVersion, Run, RunStatus
 
 from .integrity import ground_truth
@@ -73,12 +74,13 @@ def judged_runs(runs):
     """[(run fields, verdict, alarm count)] for succeeded runs, with two queries in all (three where a submitted
     detector's runs take their trusted twins' ground truth: evaluation.integrity.ground_truth). A clean pipeline's
     run is judged as the clean run it is, whether it was presented as fixed or as buggy (a canary); its
-    ``presented_as`` says which."""
+    ``presented_as`` says which. A bundle's run (runners.detectors.bundle) is one row per member, with the alarms that
+    member raised, as a run of its own would be (``manage.py evaluate --cuda`` bundles its observers)."""
     succeeded = runs.filter(status=RunStatus.SUCCEEDED)
     rows = list(
         succeeded.values(
             "id", "variant", "seed", "steps", "trigger_step", "trigger_time", "manifested", "detector__name",
-            "detector_summary",
+            "detector__config", "detector_summary",
             "reproducer_version__reproducer__name", "reproducer_version__reproducer__bug__bug_id",
             "reproducer_version__reproducer__bug__status", "reproducer_version_id", "python_environment_id",
             "detector__code__builtin", "reproducer_version__reproducer__track",
@@ -93,15 +95,18 @@ def judged_runs(runs):
     alarms = defaultdict(list)
     # A subquery, not a list of ids: PostgreSQL joins it (0.5 s for a campaign of 25k runs among 1M alarms,
     # against several seconds for the same ids as 25k literals), and SQLite has no limit on its size.
-    for run_id, step, time, rule, arrival in Alarm.objects.filter(run__in=succeeded.values("id")).values_list(
-            "run_id", "step", "time", "rule", "arrival_step"):
-        alarms[run_id].append(AlarmPoint(step, time, rule, arrival))
+    for run_id, member, step, time, rule, arrival in Alarm.objects.filter(run__in=succeeded.values("id")).values_list(
+            "run_id", "detector", "step", "time", "rule", "arrival_step"):
+        alarms[(run_id, member)].append(AlarmPoint(step, time, rule, arrival))
+    watched = []
     for row in rows:
-        row["alarms"] = alarms[row["id"]]
+        members = Bundle().members(row["detector__config"] or {}) if row["detector__name"] == Bundle.name else [""]
+        watched.extend({**row, "detector__name": member or row["detector__name"], "alarms": alarms[(row["id"], member)]}
+                       for member in members)
     return [
-        (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], alarms[row["id"]], row["steps"] - 1),
-         len(alarms[row["id"]]))
-        for row in rows
+        (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], row["alarms"], row["steps"] - 1),
+         len(row["alarms"]))
+        for row in watched
     ]
 
 

@@ -19,7 +19,7 @@ from runners.selectors import visible_campaigns, visible_runs
 
 from .leaderboard import BASELINE
 from .metrics import BACKDATING_STEPS, AlarmPoint, RunVerdict, detected_beyond_clean, judge_run
-from .models import Evaluation
+from .models import Device, Evaluation
 from .results import cached_for, latest_evaluation, results_viewer, without_nan
 from .tables import detection_table, judged_runs
 
@@ -152,9 +152,11 @@ def bug_detections(bug, user):
     stored evaluation of the bug, one campaign's runs are judged, not the bug's whole history: that is bounded by a
     campaign's size, and its seeds and environment belong together."""
     reproducers = set(visible_reproducers(user).filter(bug=bug).values_list("name", flat=True))
-    evaluation = latest_evaluation(results_viewer(user))
-    if evaluation is not None:
-        stored = cached_for(evaluation, f"detection:{bug.bug_id}", lambda: [
+    for device in Device.values:  # the CPU evaluation first; a bug only GPUs run is found in the GPU one
+        evaluation = latest_evaluation(results_viewer(user), device)
+        if evaluation is None:
+            continue
+        stored = cached_for(evaluation, f"detection:{bug.bug_id}", lambda evaluation=evaluation: [
             row for row in evaluation.tables.get("detection", []) if row.get("bug") == bug.bug_id])
         rows = [row for row in stored if row.get("reproducer") in reproducers]
         if rows:

@@ -35,7 +35,7 @@ from .integrity import alarmed_under_every_detector
 from .leaderboard import build_leaderboard, selection_query
 from .methodology import CITATION, detectors, sections
 from .models import Bisection, SensitivityEvaluation
-from .results import TABLES, NotFound, Results, latest_evaluation, results_viewer, shown_once
+from .results import TABLES, NotFound, Results, environment_tabs, latest_evaluation, results_viewer, shown_once
 from .run_lists import InvalidRunList, run_list
 from .tables import by_integration, matrix
 from .tasks import advance_bisection
@@ -70,12 +70,13 @@ def results_context(request):
         "campaigns": results.campaigns.exclude(purpose=CampaignPurpose.SENSITIVITY)
         .order_by("-created_at").only("id", "name")[:50],
         "evaluations": dropdown(results.evaluations),
+        "environments": environment_tabs(results.viewer, results.evaluation),
     }
 
 
 def dropdown(evaluations):
     """The newest 20 of ``evaluations``, with only what their dropdown shows (not their parameters or campaign)."""
-    return evaluations.select_related(None).only("id", "created_at", "published_id")[:20]
+    return evaluations.select_related(None).only("id", "created_at", "published_id", "device")[:20]
 
 
 def filter_fields(form, query):
@@ -210,7 +211,7 @@ def leaderboard_context(request):
         raise Http404(str(error)) from error
     entries = None if selection_query(request.GET) else open_entries(request.user)
     return {"board": board, "summary": board.runs_summary(), "evaluations": dropdown(board.results.evaluations),
-            "entries": entries}
+            "entries": entries, "environments": environment_tabs(board.results.viewer, board.evaluation)}
 
 
 def leaderboard_entry(request, pk):

@@ -7,14 +7,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from bugs.models import Bug, BugStatus, ReproducerVersion, Track
 from bugs.selectors import held_out_bug_ids, hidden_versions, sees_held_out
 from core.caching import per_request
 
-from .models import Alarm, Campaign, CampaignPurpose, Run, Worker
+from .detectors.bundle import Bundle
+from .models import Alarm, Campaign, CampaignPurpose, Detector, Run, Worker
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -65,6 +66,23 @@ def _hidden_versions_that_ran(user: AbstractBaseUser | AnonymousUser | None) -> 
     if hidden is None or not hidden.filter(Exists(Run.objects.filter(reproducer_version=OuterRef("pk")))).exists():
         return None
     return hidden.values("pk")
+
+
+def watched_by(names: Iterable[str]) -> Q:
+    """The runs any of the detectors ``names`` watched: their own, and those of a bundle (runners.detectors.bundle)
+    with one of them among its members."""
+    names = set(names)
+    bundles = [detector.pk for detector in Detector.objects.filter(name=Bundle.name).only("pk", "config")
+               if names & set(Bundle().members(detector.config or {}))]
+    return Q(detector__name__in=names) | Q(detector__in=bundles)
+
+
+def watcher_names() -> list[str]:
+    """The names of every detector recorded, a bundle's members in place of the bundle, sorted."""
+    names = set()
+    for name, config in Detector.objects.values_list("name", "config"):
+        names.update(Bundle().members(config or {}) if name == Bundle.name else [name])
+    return sorted(names)
 
 
 def visible_runs(user: AbstractBaseUser | AnonymousUser | None, runs: QuerySet[Run] | None = None) -> QuerySet[Run]:

@@ -196,27 +196,39 @@ def processes_naming(word):
     return found
 
 
-def stored_evaluation():
+def stored_evaluation(bundled=False, environment=None, bugs=("PUB-1", "PUB-2"), device="cpu", **parameters):
     """A stored evaluation of two bugs under two drop-in detectors and the opt-in ``differential``: nan_inf catches
     both, grad_health one (with a false alarm on every fixed run), differential both; a failed run, a stability
-    check per bug."""
+    check per bug. ``bundled``: nan_inf and grad_health watch each run together, in one bundle's run (their alarms
+    name them), as ``manage.py evaluate --cuda`` runs them. ``environment``: the runs' (default: a CPU host's);
+    ``bugs``: the two bugs' IDs; ``device``: where the runs ran; ``parameters`` join the evaluation's."""
     trigger = 3
     campaign = CampaignFactory(name="evaluation", purpose="evaluation")
-    environment = EnvironmentFactory(host="eval-host", torch="2.13.0+cpu")
-    for bug_id in ("PUB-1", "PUB-2"):
+    environment = environment or EnvironmentFactory(host="eval-host", torch="2.13.0+cpu")
+    bundle = do_record_detector("bundle", {"detectors": ["nan_inf", "grad_health"], "code": {}})
+    for bug_id in bugs:
         version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
         StabilityCheckFactory(reproducer_version=version)
-        for detector in ("nan_inf", "grad_health", "differential"):
-            for variant in ("buggy", "fixed"):
-                run = RunFactory(campaign=campaign, reproducer_version=version, detector=do_record_detector(detector),
-                                 variant=variant, steps=10, trigger_step=trigger, trigger_time=100.0,
-                                 manifested=variant == "buggy", status="succeeded", environment=environment,
-                                 step_records=[{"step": 0, "rank": 0, "loss": 1.5, "time": 99.0}])
-                if variant == "buggy" and (bug_id, detector) != ("PUB-2", "grad_health"):
-                    AlarmFactory(run=run, step=trigger + 1, rule=f"{detector}_rule", time=101.0, arrival_step=4)
+        for variant in ("buggy", "fixed"):
+            runs = {}
+            for detector in ("nan_inf", "grad_health", "differential"):
+                if bundled and detector in bundle.config["detectors"] and runs:
+                    runs[detector] = runs["nan_inf"]
+                    continue
+                runs[detector] = RunFactory(
+                    campaign=campaign, reproducer_version=version, variant=variant, steps=10, trigger_step=trigger,
+                    detector=bundle if bundled and detector == "nan_inf" else do_record_detector(detector),
+                    trigger_time=100.0, manifested=variant == "buggy", status="succeeded", environment=environment,
+                    step_records=[{"step": 0, "rank": 0, "loss": 1.5, "time": 99.0}])
+            for detector, run in runs.items():
+                member = detector if run.detector_id == bundle.pk else ""
+                if variant == "buggy" and (bug_id, detector) != (bugs[1], "grad_health"):
+                    AlarmFactory(run=run, step=trigger + 1, rule=f"{detector}_rule", time=101.0, arrival_step=4,
+                                 detector=member)
                 if variant == "fixed" and detector == "grad_health":
-                    AlarmFactory(run=run, step=1, rule="grad_health_noise", time=98.0)
+                    AlarmFactory(run=run, step=1, rule="grad_health_noise", time=98.0, detector=member)
     RunFactory(campaign=campaign, detector=do_record_detector("nan_inf"), status="failed",
                failure_reason="it crashed", reproducer_version=version, variant="buggy", seed=1, steps=10)
     return do_store_evaluation(campaign, None, [{"detector": "nan_inf", "median_step_time_ratio": 1.02}], [],
-                               {"seeds": 1, "commit": "abc123", "host": "eval-host"}, 12.5, acting_user=None)
+                               {"seeds": 1, "commit": "abc123", "host": "eval-host", **parameters}, 12.5,
+                               device=device, acting_user=None)

@@ -1,0 +1,103 @@
+"""The GPU evaluation (issue 29): its observers watch each run together, in one bundle, and every table, filter and
+list counts a bundle's run as each member's own; a GPU evaluation is set apart from the CPU one on every page."""
+import pytest
+from django.http import QueryDict
+
+from bugs.models import Bug
+from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, run_tables
+from evaluation.models import Device
+from evaluation.published import read_snapshot
+from evaluation.results import Results, latest_evaluation
+from evaluation.tables import judged_runs
+
+from .factories import EnvironmentFactory
+from .helpers import stored_evaluation, table
+
+pytestmark = pytest.mark.django_db
+
+RUN_TABLES = ("detection", "false_positives", "latency", "flakiness")
+
+
+def without_run_ids(tables):
+    """The run tables with the columns that name runs (a bundle's members share one) left out."""
+    return {name: [{key: value for key, value in row.items() if key != "run"} for row in tables[name]]
+            for name in RUN_TABLES}
+
+
+def test_a_bundles_run_counts_in_every_table_as_each_members_own_run():
+    apart = stored_evaluation()
+    bundled = stored_evaluation(bundled=True, bugs=("BUN-1", "BUN-2"))
+    assert bundled.campaign.runs.count() < apart.campaign.runs.count()  # one run where there were two
+    renamed = {name: [{**row, "bug": row["bug"].replace("BUN", "PUB")} if row.get("bug") else row for row in rows]
+               for name, rows in without_run_ids(run_tables(bundled.campaign.runs.all())).items()}
+    assert renamed == without_run_ids(run_tables(apart.campaign.runs.all()))
+    detectors = {row["detector__name"] for row, _, _ in judged_runs(bundled.campaign.runs.all())}
+    assert detectors == {"nan_inf", "grad_health", "differential"}  # the bundle itself is never a row
+
+
+def test_the_filter_and_the_run_lists_find_a_members_runs_inside_its_bundle(client):
+    evaluation = stored_evaluation(bundled=True)
+    narrowed = Results(QueryDict(f"evaluation={evaluation.pk}&detector=grad_health"))
+    assert set(narrowed.table("detection")["detector"]) == {"grad_health"}
+    assert list(narrowed.run_latencies()["detector"]) == ["grad_health"]  # nan_inf's detections left out
+    listed = client.get("/results/runs/", {"evaluation": evaluation.pk, "detector": "grad_health",
+                                           "variant": "buggy", "verdict": "detected"}).content.decode()
+    rows = table(listed, "runs")
+    assert [row["Bug"].split("/")[0] for row in rows] == ["PUB-1"]
+    missed = table(client.get("/results/runs/", {"evaluation": evaluation.pk, "detector": "grad_health",
+                                                 "variant": "buggy", "verdict": "missed"}).content.decode(), "runs")
+    assert [row["Bug"].split("/")[0] for row in missed] == ["PUB-2"]
+
+
+H200 = {"gpu": "NVIDIA H200", "gpu_driver": "580.95.05", "cuda": "13.0", "torch": "2.11.0+cu130"}
+
+
+def gpu_evaluation(**options):
+    environment = EnvironmentFactory(host="gpu-node", torch=H200["torch"], gpu="1 x NVIDIA H200 (143771 MiB)",
+                                     gpu_driver=H200["gpu_driver"], cuda=H200["cuda"])
+    return stored_evaluation(bundled=True, environment=environment, bugs=("GPU-1", "GPU-2"), device="gpu",
+                             **H200, **options)
+
+
+def test_the_pages_show_the_cpu_evaluation_by_default_and_the_gpu_one_apart(client):
+    cpu = stored_evaluation(torch="2.13.0+cpu")
+    gpu = gpu_evaluation()  # the newer: still not "the latest" of the pages, which is the CPU one
+    for page in ("/results/", "/leaderboard/"):
+        shown = client.get(page).content.decode()
+        assert f"?evaluation={cpu.pk}" in shown and f"?evaluation={gpu.pk}" in shown  # the switch links to both
+        assert "CPU, torch 2.13.0+cpu" in shown
+        on_gpu = client.get(page, {"evaluation": gpu.pk}).content.decode()
+        assert "NVIDIA H200 (driver 580.95.05, CUDA 13.0), torch 2.11.0+cu130" in on_gpu
+    bugs_shown = {evaluation: [row["Bug / reproducer"].split()[0] for row in table(client.get(
+        "/results/", {"evaluation": evaluation.pk}).content.decode(), "detection-matrix")] for evaluation in (cpu, gpu)}
+    assert bugs_shown[cpu] == ["PUB-1", "PUB-2"] and bugs_shown[gpu] == ["GPU-1", "GPU-2"], bugs_shown
+    assert [row["Bug / reproducer"].split()[0] for row in table(client.get("/results/").content.decode(),
+                                                                "detection-matrix")] == bugs_shown[cpu]
+    board = client.get("/leaderboard/", {"evaluation": gpu.pk}).content.decode()
+    row = next(row for row in table(board, "leaderboard") if row["Detector"] == "nan_inf")
+    assert row["Bugs caught beyond the fixed twin"] == "2/2"  # a bundle member ranked from its bundle's runs
+
+
+def test_without_a_gpu_evaluation_the_pages_say_how_to_make_one(client):
+    stored_evaluation()
+    shown = client.get("/results/").content.decode()
+    assert "GPU: no evaluation yet" in shown and "bin/gpu-check --evaluate" in shown
+
+
+def test_a_bug_that_only_gpus_run_shows_the_gpu_evaluations_detections(client):
+    stored_evaluation()
+    gpu = gpu_evaluation()
+    page = client.get(Bug.objects.get(bug_id="GPU-1").get_absolute_url()).content.decode()
+    assert f"evaluation <a href=\"{gpu.get_absolute_url()}\">{gpu.label}</a>" in page.replace("&amp;", "&")
+    assert "NVIDIA H200 (driver 580.95.05, CUDA 13.0)" in page
+
+
+def test_a_published_gpu_evaluation_loads_back_as_a_gpu_evaluation(tmp_path):
+    gpu = gpu_evaluation()
+    path = do_publish_evaluation(gpu, tmp_path, acting_user=None)
+    campaign = gpu.campaign
+    gpu.delete()
+    campaign.delete()
+    loaded, made = do_load_published_evaluation(read_snapshot(path), acting_user=None)
+    assert made and loaded.device == Device.GPU and loaded.environment.startswith("NVIDIA H200")
+    assert latest_evaluation(None) is None and latest_evaluation(None, Device.GPU) == loaded
