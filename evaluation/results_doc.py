@@ -1,4 +1,5 @@
-"""docs/results.md, rendered from an Evaluation row of the database (never edited by hand)."""
+"""docs/results.md (and docs/results-gpu.md for a GPU evaluation), rendered from an Evaluation row of the database
+(never edited by hand)."""
 import json
 
 import pandas as pd
@@ -10,6 +11,7 @@ from runners.selectors import shown_command
 
 from .held_out import public_tables
 from .leaderboard import BASELINE, grouped, standings
+from .models import Device
 from .overhead import OVERHEAD_COLUMNS
 from .tables import (
     DETECTION_COLUMNS,
@@ -113,8 +115,15 @@ def render(evaluation):
     tables, parameters = public_tables(evaluation.tables), evaluation.parameters
     drop_in, opt_in = headline(tables)
     minutes = (evaluation.wall_seconds or 0) / 60
+    gpu = evaluation.device == Device.GPU
     parts = [
-        "# SilentBench results\n",
+        "# SilentBench results on a GPU\n" if gpu else "# SilentBench results\n",
+        *([f"Where the runs ran: **{evaluation.environment}**, {parameters.get('gpus', '?')} GPU(s), "
+           f"{parameters.get('runs_per_gpu', 1)} run(s) at a time on each. The CUDA reproducers of the catalog and "
+           "its CUDA reference pipeline, under every detector without a fit phase; the detectors that only observe "
+           "watched each run together, in one bundle (each member's alarms kept apart, so that a run gives each "
+           "what a run of its own would), the others in runs of their own. The overhead pairs ran one run at a "
+           "time, each detector alone. The CPU evaluation is [results.md](results.md).\n"] if gpu else []),
         (f"Published evaluation **{evaluation.published_id}** (tables digest `{evaluation.tables_digest}`; its "
          f"snapshot `evaluation/published/{evaluation.published_id}.json.gz` ships with the app and "
          "`manage.py load_results` loads it). " if evaluation.published_id else "")
@@ -156,7 +165,7 @@ def render(evaluation):
         f"\n## Overhead ({parameters.get('overhead_workload', '?')}, {parameters.get('pairs', '?')} pairs)\n",
         _table(tables["overhead"], OVERHEAD_COLUMNS),
         "\n## Fit phase\n", _table(tables.get("fits", []), FIT_COLUMNS),
-        "\n## TrainCheck beside its paper\n", traincheck_beside_its_paper(),
+        *([] if gpu else ["\n## TrainCheck beside its paper\n", traincheck_beside_its_paper()]),
         "\n## Flakiness\n",
         "Runs whose oracle verdict (manifested or not) disagrees with the bug's verification verdict (a verified "
         "bug manifests on every buggy run and on no fixed one), or, for a bug whose verdict expects nothing, with "

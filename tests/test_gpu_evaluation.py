@@ -1,17 +1,21 @@
 """The GPU evaluation (issue 29): its observers watch each run together, in one bundle, and every table, filter and
 list counts a bundle's run as each member's own; a GPU evaluation is set apart from the CPU one on every page."""
+from io import StringIO
+
 import pytest
+from django.core.management import CommandError, call_command
 from django.http import QueryDict
 
 from bugs.models import Bug
 from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, run_tables
-from evaluation.models import Device
+from evaluation.models import Device, Evaluation
 from evaluation.published import read_snapshot
 from evaluation.results import Results, latest_evaluation
 from evaluation.tables import judged_runs
 
-from .factories import EnvironmentFactory
+from .factories import BugFactory, EnvironmentFactory, ReproducerFactory, ReproducerVersionFactory
 from .helpers import stored_evaluation, table
+from .test_routing import two_gpus  # noqa: F401 - the fixture: two fake A100s
 
 pytestmark = pytest.mark.django_db
 
@@ -101,3 +105,47 @@ def test_a_published_gpu_evaluation_loads_back_as_a_gpu_evaluation(tmp_path):
     loaded, made = do_load_published_evaluation(read_snapshot(path), acting_user=None)
     assert made and loaded.device == Device.GPU and loaded.environment.startswith("NVIDIA H200")
     assert latest_evaluation(None) is None and latest_evaluation(None, Device.GPU) == loaded
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_evaluate_cuda_runs_the_gpu_track_bundled_on_gpu_workers_and_publishes_a_gpu_evaluation(
+        two_gpus, tmp_path, monkeypatch):  # noqa: F811
+    """``manage.py evaluate --cuda`` through a real worker consuming the GPU queues. The GPUs are the stand-in
+    nvidia-smi's (there is none here: the edge of what runs on CPU), with the worker's CUDA self-check off, and the
+    CUDA programs are ones that run on a CPU too; everything else is real: routing, leases, the bundle, the overhead
+    pairs, the tables, the page and the snapshot."""
+    monkeypatch.setenv("SILENTBENCH_GPU_SELF_CHECK", "false")  # the worker's own probe would fail on fake GPUs
+    needs = {"time_limit_seconds": 60, "memory_mb": 1024, "cuda": True, "gpus": 1}
+    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3, "needs": needs}
+    ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="GPU-TOY"), name="cuda",
+                                                          needs_cuda=True), manifest=manifest)
+    ReproducerVersionFactory(reproducer=ReproducerFactory(bug=None, name="toy-gpu-pipeline", needs_cuda=True),
+                             manifest={**manifest, "default_steps": 8}, default_steps=8)
+    page, published = tmp_path / "results-gpu.md", tmp_path / "published"
+    out = StringIO()
+    call_command("evaluate", "--cuda", "--bugs", "GPU-TOY", "--pipelines", "toy-gpu-pipeline", "--seeds", "1",
+                 "--detectors", "nan_inf,grad_health,detect_anomaly", "--pairs", "1",
+                 "--overhead-workload", "toy-gpu-pipeline", "--results", str(page), "--publish", str(published),
+                 stdout=out)
+    evaluation = Evaluation.objects.get()
+    assert evaluation.device == Device.GPU and evaluation.parameters["gpu"] == "NVIDIA A100-SXM4-40GB"
+    assert evaluation.parameters["gpus"] == 2 and evaluation.parameters["failed_runs"] == 0, out.getvalue()
+    runs = evaluation.campaign.runs.all()
+    assert sorted(set(runs.values_list("detector__name", flat=True))) == ["bundle", "detect_anomaly"]
+    assert set(runs.values_list("queue", flat=True)) == {"gpu1"} and runs.count() == 2 * 2 + 2
+    detection = {row["detector"]: row for row in evaluation.tables["detection"]}
+    assert sorted(detection) == ["detect_anomaly", "grad_health", "nan_inf"] and detection["nan_inf"]["buggy_runs"] == 1
+    assert {row["detector"]: row["clean_runs"] for row in evaluation.tables["false_positives"]} == {
+        "detect_anomaly": 2, "grad_health": 2, "nan_inf": 2}  # the fixed variant and the CUDA pipeline
+    overhead = {row["detector"]: row for row in evaluation.tables["overhead"]}
+    assert sorted(overhead) == ["detect_anomaly", "grad_health", "nan_inf"]  # each member timed alone
+    assert all(row["pairs"] == 1 and row["median_step_time_ratio"] > 0 for row in overhead.values())
+    assert "# SilentBench results on a GPU" in page.read_text() and "NVIDIA A100-SXM4-40GB" in page.read_text()
+    [snapshot] = published.glob("*.json.gz")
+    assert read_snapshot(snapshot)["evaluation"]["device"] == "gpu"
+
+
+def test_evaluate_cuda_on_a_node_without_gpus_says_so():
+    with pytest.raises(CommandError, match="nvidia-smi lists none"):
+        call_command("evaluate", "--cuda")

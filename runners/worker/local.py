@@ -77,15 +77,16 @@ def log_tail(log_path, lines=30):
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-def wait_with_local_worker(campaign, write, name, concurrency=1, start=True):
-    """Wait for ``campaign`` to finish, with a local worker for the length of the wait (``start``),
-    or relying on workers already consuming the queue. Fails loudly if the local worker dies."""
+def wait_with_local_worker(campaign, write, name, concurrency=1, start=True, queues="cpu", timeout=None):
+    """Wait for ``campaign`` to finish (or ``timeout`` seconds: the progress then says what is left), with a local
+    worker consuming ``queues`` for the length of the wait (``start``), or relying on workers already consuming
+    the queue. Fails loudly if the local worker dies."""
     logs = settings.VAR_DIR / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{name}-worker.log"
-    with local_worker(log, name=name, concurrency=concurrency) if start else nullcontext() as worker:
+    with local_worker(log, queues=queues, name=name, concurrency=concurrency) if start else nullcontext() as worker:
         def watchdog():
             if worker is not None and worker.poll() is not None:
                 raise CommandError(f"The local worker exited:\n{log_tail(log)}")
 
-        return wait_for_campaign(campaign, write, watchdog=watchdog)
+        return wait_for_campaign(campaign, write, timeout=timeout, watchdog=watchdog)

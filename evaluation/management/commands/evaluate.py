@@ -12,29 +12,42 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int, source_commit
-from evaluation.actions import do_retabulate_evaluation, do_store_evaluation
-from evaluation.models import Evaluation
+from evaluation.actions import do_publish_evaluation, do_retabulate_evaluation, do_store_evaluation
+from evaluation.models import Device, Evaluation
 from evaluation.overhead import do_measure_overhead
 from evaluation.results_doc import render
-from runners.actions.campaigns import do_create_campaign
-from runners.actions.detectors import do_record_detector
+from runners.actions.campaigns import do_cancel_campaign, do_create_campaign
+from runners.actions.detectors import do_record_builtin_detector_version, do_record_detector
+from runners.actions.runs import do_give_up_running_runs
 from runners.cli import plan_from_options
 from runners.detector_versions.fitting import FitError, ensure_fit, is_fit_reference
 from runners.detectors import all_plugins, get_plugin
+from runners.detectors.bundle import Bundle, bundling_refusal
 from runners.detectors.traincheck import tool_version
+from runners.environments.host import gpu_inventory, host_facts
 from runners.models import CampaignPurpose
+from runners.plans import CampaignPlan
 from runners.selectors import runnable_versions
 from runners.worker.local import wait_with_local_worker
 
+CPU_WORKLOAD, GPU_WORKLOAD = "transformer-adamw", "gpu-transformer"  # the clean pipelines timed for overhead
+
+
+def gpu_parameters(gpus):
+    """What a GPU evaluation records of where it ran: the GPUs' model, the driver, CUDA and the GPU slots."""
+    facts = host_facts()
+    return {"gpu": ", ".join(sorted({gpu["name"] for gpu in gpus})), "gpus": len(gpus),
+            "gpu_driver": facts["gpu_driver"], "cuda": torch.version.cuda or facts["cuda"],
+            "runs_per_gpu": settings.SILENTBENCH_RUNS_PER_GPU}
+
 
 def command_line(options):
-    """The evaluate command as it was asked for (the options that differ from their defaults)."""
-    defaults = {"seeds": 1, "pairs": 5, "overhead_workload": "transformer-adamw", "concurrency": 2}
-    parts = ["manage.py evaluate"]
+    """The evaluate command as it was asked for (the options that were given)."""
+    parts = ["manage.py evaluate" + (" --cuda" if options.get("cuda") else "")]
     for name in ("seeds", "bugs", "pipelines", "detectors", "pairs", "overhead_workload", "overhead_steps",
-                 "concurrency"):
+                 "concurrency", "timeout"):
         value = options.get(name)
-        if value not in (None, defaults.get(name)):
+        if value is not None and (name, value) != ("pairs", 5):
             parts.append(f"--{name.replace('_', '-')} {','.join(value) if isinstance(value, list) else value}")
     return " ".join(parts)
 
@@ -45,62 +58,136 @@ class Command(BaseCommand):
             "database (results page and exports) and regenerates docs/results.md from them.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--seeds", type=positive_int, default=1,
-                            help="seeds 0..N-1 per (reproducer, variant, detector)")
+        parser.add_argument("--cuda", action="store_true",
+                            help="the GPU evaluation, on this GPU node: every CUDA reproducer and CUDA pipeline under "
+                                 "every detector without a fit phase, those that only observe together in one bundle; "
+                                 "stored as a GPU evaluation, written to docs/results-gpu.md (defaults: 3 seeds, "
+                                 "overhead on gpu-transformer, a run at a time per GPU slot)")
+        parser.add_argument("--timeout", type=positive_int,
+                            help="seconds for the campaign's runs: those not finished by then are cancelled and the "
+                                 "evaluation is stored with what finished (its run counts say so)")
+        parser.add_argument("--seeds", type=positive_int,
+                            help="seeds 0..N-1 per (reproducer, variant, detector) (default 1; 3 with --cuda)")
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--pipelines", type=comma_list, help="comma-separated clean pipelines (default: all)")
         parser.add_argument("--detectors", type=comma_list,
                             help="comma-separated detectors (default: all but plain and traincheck_full, which takes "
                                  "half the hour: docs/performance.md)")
         parser.add_argument("--pairs", type=positive_int, default=5, help="plain/instrumented pairs per detector")
-        parser.add_argument("--overhead-workload", default="transformer-adamw",
-                            help="clean pipeline timed for overhead (held out of TrainCheck's fit)")
+        parser.add_argument("--overhead-workload",
+                            help="clean pipeline timed for overhead (default transformer-adamw, held out of "
+                                 "TrainCheck's fit; gpu-transformer with --cuda)")
         parser.add_argument("--overhead-steps", type=positive_int,
                             help="steps of the overhead runs (default: the workload's)")
-        parser.add_argument("--concurrency", type=positive_int, default=2, help="runs at a time on the local worker")
+        parser.add_argument("--concurrency", type=positive_int,
+                            help="runs at a time on the local worker (default 2; with --cuda, the GPU slots: GPUs x "
+                                 "SILENTBENCH_RUNS_PER_GPU)")
         parser.add_argument("--no-worker", action="store_true", help="rely on workers already consuming the queue")
-        parser.add_argument("--results", default=str(settings.BASE_DIR / "docs" / "results.md"),
-                            help="where to write the results page ('' to skip)")
+        parser.add_argument("--results",
+                            help="where to write the results page ('' to skip; default docs/results.md, "
+                                 "docs/results-gpu.md with --cuda)")
+        parser.add_argument("--publish", metavar="DIRECTORY",
+                            help="then publish the evaluation: its snapshot written to DIRECTORY, to ship in "
+                                 "evaluation/published/ (manage.py publish_evaluation)")
         parser.add_argument("--retabulate", type=int, metavar="EVALUATION_ID",
                             help="run nothing: recompute a stored evaluation's tables from its runs, rewrite the page")
 
     def handle(self, *args, **options):
+        cuda = options["cuda"]
+        if options["results"] is None:
+            options["results"] = str(settings.BASE_DIR / "docs" / ("results-gpu.md" if cuda else "results.md"))
         if options["retabulate"] is not None:
             return self.retabulate(options["retabulate"], options["results"])
         signal.signal(signal.SIGTERM, exit_on_sigterm)  # stopped like Ctrl-C: nothing left running
         started, commit = time.monotonic(), source_commit()  # the code that runs, whatever is committed meanwhile
         write = line_writer(sys.stdout)
+        gpus = gpu_inventory() if cuda else []
+        if cuda and not gpus:
+            raise CommandError("--cuda evaluates on this node's GPUs, and nvidia-smi lists none (or this worker "
+                               "withholds them): run it on a GPU node, after bin/gpu-check.")
+        seeds = options["seeds"] or (3 if cuda else 1)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
         plain = do_record_detector("plain")
+        plan, overhead_detectors = self.gpu_plan(options, seeds) if cuda else self.cpu_plan(options, seeds)
+        workload = plan_from_options({"bugs": [], "pipelines": [options["overhead_workload"] or (
+            GPU_WORKLOAD if cuda else CPU_WORKLOAD)], "detectors": ["plain"], "cuda": cuda}).versions[0]
+        detectors, versions = list(plan.detectors), list(plan.versions)
+
+        fits = self.fit(detectors, versions, since=timezone.now())
+        campaign = do_create_campaign("GPU evaluation" if cuda else "evaluation", plan, CampaignPurpose.EVALUATION,
+                                      acting_user=None)
+        self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs "
+                          f"({len(versions)} programs x {len(detectors)} detectors x {seeds} seed(s)).")
+        slots = len(gpus) * settings.SILENTBENCH_RUNS_PER_GPU
+        progress = wait_with_local_worker(campaign, write, "evaluate", options["concurrency"] or slots or 2,
+                                          start=not options["no_worker"], queues="auto-gpu" if cuda else "cpu",
+                                          timeout=options["timeout"])
+        if progress["done"] < progress["total"]:
+            self.stdout.write(f"--timeout: {progress['total'] - progress['done']} run(s) not finished in "
+                              f"{options['timeout']} s, cancelled; the evaluation keeps the finished ones.")
+            do_give_up_running_runs(campaign, acting_user=None)
+            do_cancel_campaign(campaign, acting_user=None)
+        self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
+        overhead_campaign, overhead = do_measure_overhead(workload, overhead_detectors, plain, options["pairs"],
+                                                          options["overhead_steps"], write)
+        evaluation = do_store_evaluation(
+            campaign, overhead_campaign, overhead, fits, wall_seconds=round(time.monotonic() - started, 1),
+            parameters={
+                "command": command_line(options), "seeds": seeds,
+                "detectors": [d.name for d in overhead_detectors], "pairs": options["pairs"],
+                "overhead_workload": str(workload.reproducer), "host": socket.gethostname(), "torch": torch.__version__,
+                "traincheck": tool_version(), "commit": commit, **(gpu_parameters(gpus) if cuda else {}),
+            }, device=Device.GPU if cuda else Device.CPU, acting_user=None)
+        self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
+        if options["publish"]:
+            try:
+                path = do_publish_evaluation(evaluation, Path(options["publish"]), acting_user=None)
+                self.stdout.write(f"Published as {evaluation.published_id}: {path}")
+            except ValidationError as error:  # the tables are stored and the page written below all the same
+                self.stdout.write(f"Not published: {' '.join(error.messages)}")
+        self.write_results(evaluation, options["results"])
+
+    def cpu_plan(self, options, seeds):
+        """(the plan, the detectors timed for overhead): every CPU bug and pipeline under every detector evaluated by
+        default, each in runs of its own."""
         every_pipeline = [version.reproducer.name for version in runnable_versions(pipelines=True)]
         plan = plan_from_options({
             "bugs": options["bugs"], "pipelines": options["pipelines"] or every_pipeline,
             "detectors": options["detectors"] or [name for name, plugin in all_plugins().items()
                                                   if name != "plain" and plugin.evaluated_by_default],
-            "seeds": range(options["seeds"])}, skip=is_fit_reference)
-        workload = plan_from_options({"bugs": [], "pipelines": [options["overhead_workload"]],
-                                      "detectors": ["plain"]}).versions[0]
-        detectors, versions = list(plan.detectors), list(plan.versions)
+            "seeds": range(seeds)}, skip=is_fit_reference)
+        return plan, list(plan.detectors)
 
-        fits = self.fit(detectors, versions, since=timezone.now())
-        campaign = do_create_campaign("evaluation", plan, CampaignPurpose.EVALUATION, acting_user=None)
-        self.stdout.write(f"Campaign #{campaign.pk}: {campaign.runs.count()} runs "
-                          f"({len(versions)} programs x {len(detectors)} detectors x {options['seeds']} seed(s)).")
-        wait_with_local_worker(campaign, write, "evaluate", options["concurrency"], start=not options["no_worker"])
-        self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
-        overhead_campaign, overhead = do_measure_overhead(workload, detectors, plain, options["pairs"],
-                                                          options["overhead_steps"], write)
-        evaluation = do_store_evaluation(
-            campaign, overhead_campaign, overhead, fits, wall_seconds=round(time.monotonic() - started, 1),
-            parameters={
-                "command": command_line(options), "seeds": options["seeds"], "detectors": [d.name for d in detectors],
-                "pairs": options["pairs"], "overhead_workload": str(workload.reproducer),
-                "host": socket.gethostname(), "torch": torch.__version__, "traincheck": tool_version(),
-                "commit": commit,
-            }, acting_user=None)
-        self.write_results(evaluation, options["results"])
-        self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
+    def gpu_plan(self, options, seeds):
+        """(the plan, the detectors timed for overhead): every CUDA reproducer (of ``--bugs``) and CUDA pipeline (of
+        ``--pipelines``) under every detector without a fit phase (of ``--detectors``; ``plain`` is the overhead's
+        baseline, and ``bin/gpu-check`` verifies the reproducers before); the detectors that only observe watch each
+        run together, in one bundle (runners.detectors.bundle), so that the GPU track fits in a node's few minutes.
+        Each is timed alone for overhead."""
+        plugins = all_plugins()
+        names = options["detectors"] or [name for name, plugin in plugins.items()
+                                         if not plugin.needs_fit and plugin.standalone and name != "plain"]
+        unfit = sorted(name for name in names if name not in plugins or plugins[name].needs_fit
+                       or not plugins[name].standalone)
+        if unfit:
+            raise CommandError(f"--cuda evaluates the detectors without a fit phase; not these: {', '.join(unfit)}")
+        together = [name for name in names if not bundling_refusal(plugins[name])]
+        apart = [name for name in names if name not in together or len(together) == 1]
+        detectors = [do_record_detector(name) for name in apart]
+        if len(together) > 1:  # the members' code is part of the bundle's config: new code, a new Detector row
+            code = {name: do_record_builtin_detector_version(plugins[name]).code_hash for name in together}
+            detectors.append(do_record_detector(Bundle.name, {"detectors": together, "code": code}))
+        versions = runnable_versions(options["bugs"], cuda=True)
+        pipelines = [version for version in runnable_versions(pipelines=True, cuda=True)
+                     if not options["pipelines"] or version.reproducer.name in options["pipelines"]]
+        if not versions + pipelines:
+            raise CommandError("no CUDA reproducer or pipeline in the catalog to evaluate")
+        try:
+            plan = CampaignPlan.build(versions + pipelines, detectors, seeds=range(seeds))
+        except ValidationError as error:
+            raise CommandError("; ".join(error.messages)) from error
+        return plan, [do_record_detector(name) for name in names]
 
     def retabulate(self, evaluation_id, results):
         evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
