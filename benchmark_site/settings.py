@@ -475,6 +475,9 @@ SILENTBENCH_SANDBOX_USER = os.environ.get("SILENTBENCH_SANDBOX_USER", "nobody")
 SILENTBENCH_GPU_MEMORY_TIERS_GB = env_int_list("SILENTBENCH_GPU_MEMORY_TIERS_GB", "16,24,40,48,80", minimum=1)
 SILENTBENCH_GPU_LOCK_DIR = Path(os.environ.get("SILENTBENCH_GPU_LOCK_DIR", VAR_DIR / "gpu-locks"))  # device leases
 SILENTBENCH_GPU_LEASE_WAIT_SECONDS = env_float("SILENTBENCH_GPU_LEASE_WAIT_SECONDS", 1800.0, minimum=0)
+# How many runs may hold one GPU at once: 1, each run has its GPUs to itself; k > 1, each GPU has k lease slots and a
+# run counts on 1/k of a GPU's memory where routing and the lease judge gpu_memory_gb (docs/gpu-nodes.md).
+SILENTBENCH_RUNS_PER_GPU = env_int("SILENTBENCH_RUNS_PER_GPU", 1, minimum=1, maximum=64)
 SILENTBENCH_UNSERVABLE_GRACE_MINUTES = env_float("SILENTBENCH_UNSERVABLE_GRACE_MINUTES", 10.0, minimum=0)
 SILENTBENCH_WORKER_SEEN_MINUTES = env_float("SILENTBENCH_WORKER_SEEN_MINUTES", 10.0, minimum=0)
 require(SILENTBENCH_WORKER_SEEN_MINUTES * 60 > SILENTBENCH_HEARTBEAT_SECONDS,

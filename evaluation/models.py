@@ -70,12 +70,12 @@ class Evaluation(models.Model):
     def environment(self):
         """Where its runs ran, in words: the GPU with its driver and CUDA for a GPU evaluation, then torch."""
         parameters = self.parameters or {}
-        torch = f"torch {parameters['torch']}" if parameters.get("torch") else "torch not recorded"
+        torch = f", torch {parameters['torch']}" if parameters.get("torch") else ""
         if self.device != Device.GPU:
-            return f"CPU, {torch}"
+            return f"CPU{torch}"
         details = ", ".join(part for part in (parameters.get("gpu_driver") and f"driver {parameters['gpu_driver']}",
                                               parameters.get("cuda") and f"CUDA {parameters['cuda']}") if part)
-        return f"{parameters.get('gpu') or 'GPU'}{f' ({details})' if details else ''}, {torch}"
+        return f"{parameters.get('gpu') or 'GPU'}{f' ({details})' if details else ''}{torch}"
 
 
 def tables_digest_of(tables):

@@ -119,11 +119,12 @@ def render(evaluation):
     parts = [
         "# SilentBench results on a GPU\n" if gpu else "# SilentBench results\n",
         *([f"Where the runs ran: **{evaluation.environment}**, {parameters.get('gpus', '?')} GPU(s), "
-           f"{parameters.get('runs_per_gpu', 1)} run(s) at a time on each. The CUDA reproducers of the catalog and "
-           "its CUDA reference pipeline, under every detector without a fit phase; the detectors that only observe "
-           "watched each run together, in one bundle (each member's alarms kept apart, so that a run gives each "
-           "what a run of its own would), the others in runs of their own. The overhead pairs ran one run at a "
-           "time, each detector alone. The CPU evaluation is [results.md](results.md).\n"] if gpu else []),
+           f"{parameters.get('runs_per_gpu', 1)} run(s) at a time on each. The CUDA reproducers of the catalog, "
+           "buggy and fixed (the fixed variants are the clean runs), under every detector without a fit phase; "
+           "the detectors that only observe watched each run together, in one bundle (each member's alarms kept "
+           "apart, so that a run gives each what a run of its own would), the others in runs of their own. The "
+           "overhead pairs ran one run at a time, each detector alone. The CPU evaluation is "
+           "[results.md](results.md).\n"] if gpu else []),
         (f"Published evaluation **{evaluation.published_id}** (tables digest `{evaluation.tables_digest}`; its "
          f"snapshot `evaluation/published/{evaluation.published_id}.json.gz` ships with the app and "
          "`manage.py load_results` loads it). " if evaluation.published_id else "")

@@ -228,7 +228,8 @@ class CampaignSerializer(serializers.ModelSerializer):
         help_text="Names of recorded Python environments (torch releases) to run in, e.g. py3.11-torch2.11.0; "
                   "none: the workers' own. A reproducer runs only in those its needs.packages allow.")
     include_cuda = serializers.BooleanField(default=False, write_only=True,
-                                            help_text="Also the bugs' CUDA reproducers (they need a GPU worker).")
+                                            help_text="Also the bugs' CUDA reproducers, and allow CUDA pipelines "
+                                                      "(they need a GPU worker).")
     detectors = serializers.ListField(child=serializers.CharField(max_length=64), write_only=True, min_length=1,
                                       max_length=100, help_text="Detector names.")
     variants = serializers.ListField(child=serializers.ChoiceField(choices=Variant.choices), write_only=True,

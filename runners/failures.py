@@ -180,10 +180,13 @@ def environment_lacks_packages(detector: str, environment: str, missing: Iterabl
             f"environment {environment} does not have; run it in the default environment, or build one with them.")
 
 
-def wrong_worker_reason(needs: object, gpus: Iterable[Mapping[str, Any]]) -> str:
-    """Why a worker refuses a run it took: its host (``gpus``, its inventory) lacks what the run needs."""
+def wrong_worker_reason(needs: object, gpus: Iterable[Mapping[str, Any]], runs_per_gpu: int = 1) -> str:
+    """Why a worker refuses a run it took: its host (``gpus``, its inventory) lacks what the run needs; where
+    ``runs_per_gpu`` runs share each GPU, a run counts on that share of a GPU's memory."""
     offered = ", ".join(f"{gpu['index']}: {gpu['name']} {round(gpu['memory_mb'] / 1024)} GB" for gpu in gpus)
-    return f"This worker cannot serve the run: it needs {needs}; this host has {offered or 'no GPU'}."
+    shared = (f", each GPU shared by {runs_per_gpu} runs (SILENTBENCH_RUNS_PER_GPU), each counting on 1/{runs_per_gpu}"
+              " of its memory") if runs_per_gpu > 1 and offered else ""
+    return f"This worker cannot serve the run: it needs {needs}; this host has {offered or 'no GPU'}{shared}."
 
 
 REASON_BUILDERS = {

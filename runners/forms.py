@@ -34,7 +34,8 @@ class CampaignForm(forms.Form):
     bugs = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     pipelines = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
                                           help_text="Clean pipelines: fixed variant only, for false positives.")
-    include_cuda = forms.BooleanField(required=False, label="Include CUDA reproducers (they need a GPU worker)")
+    include_cuda = forms.BooleanField(required=False,
+                                      label="Include CUDA reproducers and pipelines (they need a GPU worker)")
     detectors = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
     variants = forms.MultipleChoiceField(choices=Variant.choices, initial=Variant.values,
                                          widget=forms.CheckboxSelectMultiple)
@@ -54,8 +55,8 @@ class CampaignForm(forms.Form):
                 .distinct().order_by("bug_id").values_list("bug_id", "title"))
         self.fields["bugs"].choices = [(bug_id, f"{bug_id}: {title}") for bug_id, title in bugs]
         self.fields["pipelines"].choices = [
-            (name, name) for name in approved.reference_pipelines().distinct().order_by("name")
-            .values_list("name", flat=True)]
+            (name, f"{name} (needs CUDA)" if needs_cuda else name) for name, needs_cuda
+            in approved.reference_pipelines().distinct().order_by("name").values_list("name", "needs_cuda")]
         self.fields["detectors"].choices = [(name, name) for name in campaign_plugins()]
 
     def clean_seeds(self):

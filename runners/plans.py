@@ -77,7 +77,8 @@ class CampaignPlan:
                 steps=None, cuda=False, skip=None, environments=None):
         """A plan from names. ``bugs`` None means every runnable bug, ``detectors`` None every detector;
         each bug runs its CPU reproducers (and its CUDA ones with ``cuda``) at their latest approved
-        version; each named pipeline runs its fixed variant; ``environments`` (PythonEnvironments, None: the
+        version; each named pipeline runs its fixed variant (one that needs CUDA only with ``cuda``, as a bug's
+        CUDA reproducers); ``environments`` (PythonEnvironments, None: the
         default one) as in :meth:`build`. Raises ValidationError({field: [problems]}) with every problem at
         once: a bug with nothing approved to run, an unknown pipeline or detector..."""
         problems = {}
@@ -92,11 +93,15 @@ class CampaignPlan:
                 problems["bugs"] = [f"{bug_id}: no approved {what}" for bug_id in missing]
         if pipelines:
             known = {version.reproducer.name: version for version in runnable_versions(pipelines=True)}
+            on_gpu = {version.reproducer.name: version for version in runnable_versions(pipelines=True, cuda=True)}
+            if cuda:
+                known.update(on_gpu)
             versions += [known[name] for name in sorted(set(pipelines)) if name in known]
             unknown = sorted(set(pipelines) - set(known))
             if unknown:
-                problems["pipelines"] = [f"{name}: no such clean pipeline (there are {', '.join(sorted(known))})"
-                                         for name in unknown]
+                problems["pipelines"] = [
+                    f"{name}: a CUDA pipeline, which needs the CUDA option (and a GPU worker)" if name in on_gpu
+                    else f"{name}: no such clean pipeline (there are {', '.join(sorted(known))})" for name in unknown]
         records = []
         if detectors is None:
             records = list(do_sync_detectors().values())

@@ -20,6 +20,14 @@ CATALOG = settings.SILENTBENCH_CATALOG_DIR
 BUG_REPRODUCERS = sorted(path.parent for path in CATALOG.glob("*/*/reproducer.yaml")
                          if path.parent.parent.name != "pipelines")
 PIPELINES = sorted(path.parent for path in (CATALOG / "pipelines").glob("*/reproducer.yaml"))
+
+
+def needs_cuda(folder):
+    return bool(yaml.safe_load((folder / MANIFEST_NAME).read_text())["needs"].get("cuda"))
+
+
+CUDA_REPRODUCERS = [folder for folder in BUG_REPRODUCERS if needs_cuda(folder)]
+CUDA_PIPELINES = [folder for folder in PIPELINES if needs_cuda(folder)]  # GPU workloads: no CPU host runs them
 # What each missing or wrong field is refused with: the field and what to write in it.
 REFUSALS = [
     ({"oracle": None}, "'oracle' must declare the symptom your oracle record judges"),
@@ -38,7 +46,8 @@ def without(manifest, changes):
 
 
 def test_the_catalog_has_the_reproducers_the_audit_covers():
-    assert len(BUG_REPRODUCERS) == 40 and len(PIPELINES) == 7
+    assert len(PIPELINES) == 8 and [folder.name for folder in CUDA_PIPELINES] == ["gpu-transformer"]  # GPU overhead
+    assert len(BUG_REPRODUCERS) == 46 and len(CUDA_REPRODUCERS) == 9  # 7 of today's bugs, 2 historical
 
 
 @pytest.mark.parametrize("folder", BUG_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
@@ -76,11 +85,12 @@ def test_the_loader_refuses_a_catalog_reproducer_without_them(tmp_path, changes,
     assert not Reproducer.objects.exists()
 
 
-def test_a_clean_reference_pipeline_needs_neither():
-    manifest, _ = parse_reproducer_folder(PIPELINES[0], reproduces_bug=False)
+@pytest.mark.parametrize("folder", PIPELINES, ids=lambda folder: folder.name)
+def test_a_clean_reference_pipeline_needs_neither(folder):
+    manifest, _ = parse_reproducer_folder(folder, reproduces_bug=False)
     assert "oracle" not in manifest and "fidelity_note" not in manifest
     with pytest.raises(ValidationError, match="fidelity_note"):
-        parse_reproducer_folder(PIPELINES[0])
+        parse_reproducer_folder(folder)
 
 
 @pytest.mark.django_db
@@ -149,14 +159,12 @@ def test_an_empty_historical_reason_is_refused_with_what_to_write(tmp_path):
         parse_reproducer_folder(folder)
 
 
-CUDA_REPRODUCERS = [folder for folder in BUG_REPRODUCERS
-                    if yaml.safe_load((folder / MANIFEST_NAME).read_text())["needs"].get("cuda")]
-
-
-@pytest.mark.parametrize("folder", CUDA_REPRODUCERS, ids=lambda folder: f"{folder.parent.name}/{folder.name}")
+@pytest.mark.parametrize("folder", CUDA_REPRODUCERS + CUDA_PIPELINES,
+                         ids=lambda folder: f"{folder.parent.name}/{folder.name}")
 def test_a_cuda_reproducer_without_a_gpu_refuses_clearly_before_it_reports_anything(folder, tmp_path):
     """Run for real where torch sees no CUDA device: status 2, one sentence on stderr naming what it needs, and no
-    record (a run that reported a start, or an oracle, would read as a bug that did not show)."""
+    record (a run that reported a start, or an oracle, would read as a bug that did not show; a clean pipeline's, as
+    a clean run). The CUDA pipelines too: a CPU host never runs them, but one named by hand must refuse as clearly."""
     import os
     import subprocess
     import sys
@@ -166,7 +174,7 @@ def test_a_cuda_reproducer_without_a_gpu_refuses_clearly_before_it_reports_anyth
                           cwd=folder, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "SILENTBENCH_REPORT": str(report)})
     assert done.returncode == 2, done.stderr
-    assert f"{folder.parent.name}/cuda needs a CUDA GPU" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert f"{folder.parent.name}/{folder.name} needs a CUDA GPU" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not report.exists() and not done.stdout
 
 
@@ -186,3 +194,40 @@ def test_a_historical_reproducer_is_refused_by_a_plan_and_a_submission_may_not_b
     files = {**FILES, MANIFEST_NAME: yaml.safe_dump({**SUBMISSION_MANIFEST, "historical_reason": "Only torch 0.3."})}
     assert any("historical_reason is for the catalog's own records" in problem
                for problem in reproducer_problems(files)[1])
+
+
+@pytest.mark.django_db
+def test_a_cuda_pipeline_is_run_only_where_a_campaign_asks_for_cuda(client, tmp_path):
+    """gpu-transformer, the GPU overhead workload, loads with the other pipelines, but whatever picks clean pipelines
+    on the CPU (the evaluation, the scores, TrainCheck's default fit) leaves it out, and a plan that names it takes it
+    only with the CUDA option, as it takes a bug's CUDA reproducers; without the option it says so."""
+    from runners.actions.detectors import do_record_detector
+    from runners.detector_versions.fitting import reference_versions
+    from runners.environments.routing import queue_for
+    from runners.forms import CampaignForm
+    from runners.plans import CampaignPlan
+    from runners.scoring import scoring_versions
+    from runners.selectors import runnable_versions
+
+    shutil.copytree(CATALOG / "pipelines", tmp_path / "pipelines")
+    do_load_catalog(tmp_path)
+    names = {folder.name for folder in PIPELINES}
+    cpu = {folder.name for folder in PIPELINES if folder not in CUDA_PIPELINES}
+    assert set(Reproducer.objects.reference_pipelines().values_list("name", flat=True)) == names
+    assert {version.reproducer.name for version in runnable_versions(pipelines=True)} == cpu
+    assert {str(version.reproducer) for version in scoring_versions()} == {f"pipeline/{name}" for name in cpu}
+    assert {version.reproducer.name for version in reference_versions({}, runnable_versions(pipelines=True)[0])} < cpu
+
+    with pytest.raises(ValidationError) as refused:
+        CampaignPlan.resolve(bugs=[], pipelines=["gpu-transformer", "mlp-adam"], detectors=["plain"])
+    assert refused.value.message_dict == {
+        "pipelines": ["gpu-transformer: a CUDA pipeline, which needs the CUDA option (and a GPU worker)"]}
+    plan = CampaignPlan.resolve(bugs=[], pipelines=["gpu-transformer", "mlp-adam"], detectors=["plain"], cuda=True)
+    assert [(str(run.version.reproducer), run.variant) for run in plan.runs] == [
+        ("pipeline/gpu-transformer", "fixed"), ("pipeline/mlp-adam", "fixed")]
+    assert queue_for(plan.runs[0].version) == "gpu1-40gb" and queue_for(plan.runs[1].version) == "cpu"
+    with pytest.raises(ValidationError, match="nope: no such clean pipeline"):
+        CampaignPlan.resolve(bugs=[], pipelines=["nope"], detectors=["plain"], cuda=True)
+    do_record_detector("plain")
+    assert ("gpu-transformer", "gpu-transformer (needs CUDA)") in CampaignForm().fields["pipelines"].choices
+    assert '<span class="badge">needs CUDA</span>' in client.get("/pipelines/").content.decode()

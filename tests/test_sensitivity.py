@@ -320,9 +320,10 @@ def test_mutants_load_as_their_own_track_and_stay_out_of_the_real_catalog(client
     assert mutant.reproducer.latest_version().files == all_mutants[mutant.mutant_id].files
 
     # the real catalog's campaigns, pipelines and pages never see them
-    pipelines = {version.reproducer.name for version in runnable_versions(pipelines=True)}
+    pipelines = {version.reproducer.name for version in runnable_versions(pipelines=True)
+                 + runnable_versions(pipelines=True, cuda=True)}  # the CPU ones, and gpu-transformer
     assert pipelines == {name for name in Reproducer.objects.reference_pipelines().values_list("name", flat=True)}
-    assert len(pipelines) == 7 and not any(name.startswith("MUT-") for name in pipelines)
+    assert len(pipelines) == 8 and not any(name.startswith("MUT-") for name in pipelines)
     assert "MUT-" not in client.get("/pipelines/").content.decode()
     assert "MUT-" not in client.get("/catalog/").content.decode()
 

@@ -50,14 +50,14 @@ def test_an_evaluation_names_its_run_and_seed_counts_only_when_it_recorded_them(
     unrecorded = EvaluationFactory(parameters={"synthetic": True})
     catalog, results = client.get("/catalog/").content.decode(), client.get("/results/").content.decode()
     assert f"evaluation #{unrecorded.pk} ({day(unrecorded)}); a bug's page" in said(catalog, "caught-by-source")
-    assert f"evaluation #{unrecorded.pk} ({minute(unrecorded)} UTC), campaign" in said(results, "selection")
+    assert f"evaluation #{unrecorded.pk} ({minute(unrecorded)} UTC; CPU), campaign" in said(results, "selection")
     assert "run count not recorded, seed count not recorded" in said(client.get("/methodology/").content.decode(),
                                                                      "cite")
     recorded = EvaluationFactory(parameters={"runs": 492, "seeds": 3})
     assert f"#{recorded.pk} ({day(recorded)}, 3 seeds)" in said(client.get("/catalog/").content.decode(),
                                                                 "caught-by-source")
-    assert f"({minute(recorded)} UTC, 492 runs when stored, 3 seeds)" in said(client.get("/results/").content.decode(),
-                                                                              "selection")
+    assert f"({minute(recorded)} UTC, 492 runs when stored, 3 seeds; CPU)" in said(
+        client.get("/results/").content.decode(), "selection")
     assert "492 runs, 3 seeds" in said(client.get("/methodology/").content.decode(), "cite")
     one = EvaluationFactory(parameters={"runs": 1, "seeds": 1})
     assert f"#{one.pk} ({day(one)}, 1 seed)" in said(client.get("/catalog/").content.decode(), "caught-by-source")

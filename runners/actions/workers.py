@@ -2,6 +2,7 @@
 import socket
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.utils import timezone
 
 from ..environments.host import host_capabilities
@@ -12,8 +13,8 @@ from ..models import Environment, PythonEnvironment, Worker
 def do_register_worker(name: str, queues: Iterable[str], concurrency: int = 1,
                        gpu_checks: list[dict] | None = None) -> Worker:
     """Record a worker as it starts: the queues it consumes, what its host can serve and how its GPUs' self-check
-    went (runners.environments.gpu_check)."""
-    capabilities = host_capabilities()
+    went (runners.environments.gpu_check), with how many runs may share each of its GPUs (runs_per_gpu)."""
+    capabilities = {**host_capabilities(), "runs_per_gpu": settings.SILENTBENCH_RUNS_PER_GPU}
     gpus = capabilities["gpus"]
     now = timezone.now()
     worker, _ = Worker.objects.update_or_create(hostname=name, defaults={

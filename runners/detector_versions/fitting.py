@@ -24,7 +24,8 @@ def reference_versions(config, version):
     """The clean pipelines to fit on for a run of ``version``, never the program under test itself.
 
     ``fit_pipelines`` in the reproducer.yaml (the seed table's "Input To Infer Necessary Invariants")
-    wins; else the detector config's ``fit_pipelines``; else every clean reference pipeline. The one
+    wins; else the detector config's ``fit_pipelines``; else every clean reference pipeline that runs on the CPU (not
+    a CUDA one such as gpu-transformer, which a CPU worker could not run). The one
     exception is a config with ``fit_on_self`` (TrainCheck's paper protocol, evaluation.traincheck_protocols):
     the fixed variant of ``version`` itself, run at the config's ``fit_seed``, "a clean run of the same pipeline".
     """

@@ -78,9 +78,8 @@ Trigger step
 Requirements
     A CUDA GPU; to see the bug, one where cuDNN attention runs (SM 8.0+, cuDNN 9) and a torch
     build without a fix (torch 2.11 on an H100/H200 is the setting described). Without CUDA the
-    program exits with status 2 and a message on stderr. There is no CPU analogue: the fault is in
-    the cuDNN backend's description of the bias tensor, which no CPU path has (CPU SDPA computes
-    with the float32 mask correctly).
+    program exits with status 2 and a message on stderr. ``catalog/PT-191612/cpu`` rebuilds
+    cuDNN's read of the bias on the CPU, where SDPA computes with the float32 mask correctly.
 """
 import argparse
 import contextlib
@@ -246,8 +245,7 @@ def main():
 
     if not torch.cuda.is_available():
         sys.stderr.write("PT-191612/cuda needs a CUDA GPU, but torch.cuda.is_available() is False "
-                         "(torch %s); the bug is in the cuDNN attention backend and has no CPU analogue.\n"
-                         % torch.__version__)
+                         "(torch %s). Run catalog/PT-191612/cpu for the CPU analogue.\n" % torch.__version__)
         sys.exit(2)
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)

@@ -23,9 +23,12 @@ class Command(BaseCommand):
         parser.add_argument("--workload", default="transformer-adamw", help="clean pipeline to time")
         parser.add_argument("--pairs", type=positive_int, default=5, help="pairs per detector (default 5)")
         parser.add_argument("--steps", type=positive_int, help="steps of each run (default: the workload's)")
+        parser.add_argument("--cuda", action="store_true",
+                            help="the workload may be a CUDA pipeline (--workload gpu-transformer, on a GPU host)")
 
-    def handle(self, *args, detectors, workload, pairs, steps, **options):
-        version = plan_from_options({"bugs": [], "pipelines": [workload], "detectors": ["plain"]}).versions[0]
+    def handle(self, *args, detectors, workload, pairs, steps, cuda, **options):
+        version = plan_from_options({"bugs": [], "pipelines": [workload], "detectors": ["plain"],
+                                     "cuda": cuda}).versions[0]
         _, records = do_measure_overhead(version, [do_record_detector(name) for name in detectors],
                                          do_record_detector("plain"), pairs, steps, write=self.stdout.write)
         self.stdout.write(f"\n{'detector':<36} {'pairs':>5} {'step ratio':>10} {'end to end':>10} "

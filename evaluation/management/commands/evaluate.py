@@ -59,8 +59,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--cuda", action="store_true",
-                            help="the GPU evaluation, on this GPU node: every CUDA reproducer and CUDA pipeline under "
-                                 "every detector without a fit phase, those that only observe together in one bundle; "
+                            help="the GPU evaluation, on this GPU node: every CUDA reproducer (and the CUDA pipelines "
+                                 "--pipelines names) under every detector without a fit phase, those that only observe "
+                                 "together in one bundle; "
                                  "stored as a GPU evaluation, written to docs/results-gpu.md (defaults: 3 seeds, "
                                  "overhead on gpu-transformer, a run at a time per GPU slot)")
         parser.add_argument("--timeout", type=positive_int,
@@ -160,8 +161,10 @@ class Command(BaseCommand):
         return plan, list(plan.detectors)
 
     def gpu_plan(self, options, seeds):
-        """(the plan, the detectors timed for overhead): every CUDA reproducer (of ``--bugs``) and CUDA pipeline (of
-        ``--pipelines``) under every detector without a fit phase (of ``--detectors``; ``plain`` is the overhead's
+        """(the plan, the detectors timed for overhead): every CUDA reproducer (of ``--bugs``), and the CUDA pipelines
+        ``--pipelines`` names (none by default: gpu-transformer, the overhead's workload, needs a GPU of 32 GB, which
+        a GPU shared by several runs does not offer; the fixed variants are the clean runs), under every detector
+        without a fit phase (of ``--detectors``; ``plain`` is the overhead's
         baseline, and ``bin/gpu-check`` verifies the reproducers before); the detectors that only observe watch each
         run together, in one bundle (runners.detectors.bundle), so that the GPU track fits in a node's few minutes.
         Each is timed alone for overhead."""
@@ -180,7 +183,7 @@ class Command(BaseCommand):
             detectors.append(do_record_detector(Bundle.name, {"detectors": together, "code": code}))
         versions = runnable_versions(options["bugs"], cuda=True)
         pipelines = [version for version in runnable_versions(pipelines=True, cuda=True)
-                     if not options["pipelines"] or version.reproducer.name in options["pipelines"]]
+                     if version.reproducer.name in (options["pipelines"] or ())]
         if not versions + pipelines:
             raise CommandError("no CUDA reproducer or pipeline in the catalog to evaluate")
         try:

@@ -7,7 +7,7 @@ starts); then one table: the node (GPU, driver, CUDA, torch, the sandbox's layer
 and time, and each reproducer's tally. Exits 1 when a probe or a run did not do what it should: the sealed probe
 failing, a run failing, a buggy variant not showing its bug, a fixed one showing it.
 """
-import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
@@ -15,13 +15,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import positive_int
 
-from ...actions.campaigns import do_create_campaign
-from ...actions.detectors import do_record_detector
+from ...actions.campaigns import do_cancel_campaign, do_complete_campaign, do_start_verification
+from ...actions.runs import do_give_up_running_runs
 from ...environments.gpu_check import probe_gpu, probe_limits
 from ...environments.host import gpu_inventory, host_facts
 from ...executor import describe_confinement
 from ...models import RunStatus
-from ...plans import CampaignPlan
 from ...progress import wait_for_campaign
 from ...selectors import runnable_versions
 from ...worker.local import local_worker, log_tail
@@ -42,9 +41,20 @@ class Command(BaseCommand):
                             help="seeds 0..N-1 of each variant (default 3: verified means 3/3 buggy, 0/3 fixed)")
         parser.add_argument("--timeout", type=positive_int,
                             help="seconds for all the runs (default: 140 per seed of each CUDA reproducer, over the "
-                                 "GPUs that passed)")
+                                 "GPU slots that passed)")
+        parser.add_argument("--evaluate", action="store_true",
+                            help="then the GPU evaluation (manage.py evaluate --cuda, the same seeds), stored in this "
+                                 "check's database, written to --results-dir as results-gpu.md, and published "
+                                 "there as a snapshot to ship (evaluation/published/)")
+        parser.add_argument("--results-dir", help="where --evaluate writes (default: gpu-evaluation beside the check's "
+                                                  "database)")
+        parser.add_argument("--pairs", type=positive_int, default=1,
+                            help="--evaluate's overhead pairs per detector (default 1: every detector in minutes)")
+        parser.add_argument("--evaluation-timeout", type=positive_int,
+                            help="seconds for --evaluate's runs (default: none)")
 
-    def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=None, **options):
+    def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=None, evaluate=False,
+               results_dir=None, pairs=1, evaluation_timeout=None, **options):
         facts, gpus = host_facts(), gpu_inventory()
         import torch  # the node's own build: what the runs import
 
@@ -70,9 +80,20 @@ class Command(BaseCommand):
             self.line("\nruns      none: no GPU passed its sealed probe, so a worker here would offer none")
         elif not no_runs:
             ok = self.runs(bugs.split(",") if bugs else None, seeds, usable, timeout, scratch) and ok
+            if evaluate:  # after the verification, whatever it found: a reproducer that failed is evaluated too
+                self.evaluate(bugs, seeds, pairs, evaluation_timeout, Path(results_dir or settings.VAR_DIR.parent
+                                                                           / "gpu-evaluation"))
         if not ok:
             raise CommandError("this node is not ready for GPU runs: see the FAILED lines above")
         self.line("\nthis node is ready for GPU runs")
+
+    def evaluate(self, bugs, seeds, pairs, timeout, folder):
+        """The GPU evaluation in this check's database; its page and snapshot written to ``folder``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        page = folder / "results-gpu.md"
+        self.line(f"\nevaluation  manage.py evaluate --cuda, {seeds} seed(s), {pairs} overhead pair(s) per detector")
+        call_command("evaluate", cuda=True, seeds=seeds, pairs=pairs, timeout=timeout, publish=str(folder),
+                     bugs=bugs.split(",") if bugs else None, results=str(page), stdout=self.stdout)
 
     def runs(self, bug_ids, seeds, gpu_count, timeout, scratch):
         embedded = (settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
@@ -86,17 +107,23 @@ class Command(BaseCommand):
         versions = runnable_versions(bug_ids, cuda=True)
         if not versions:
             raise CommandError("no CUDA reproducer in the catalog" + (f" for {', '.join(bug_ids)}" if bug_ids else ""))
-        plan = CampaignPlan.build(versions, [do_record_detector("plain")], ["buggy", "fixed"], list(range(seeds)))
-        timeout = timeout or RUN_PAIR_SECONDS * seeds * len(versions) // gpu_count
-        campaign = do_create_campaign(f"gpu-check {time.strftime('%Y-%m-%d %H:%M')}", plan, acting_user=None)
+        slots = gpu_count * settings.SILENTBENCH_RUNS_PER_GPU
+        timeout = timeout or RUN_PAIR_SECONDS * seeds * len(versions) // slots
+        # a verification: the bugs' verdicts on this GPU are recorded (and shipped with a published evaluation)
+        campaign = do_start_verification(versions, seeds, acting_user=None)
         log = settings.VAR_DIR / "logs" / "gpu-check-worker.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with local_worker(log, queues="auto-gpu", name="gpu-check", concurrency=gpu_count) as worker:
+        with local_worker(log, queues="auto-gpu", name="gpu-check", concurrency=slots) as worker:
             def watchdog():
                 if worker.poll() is not None:
                     raise CommandError(f"The worker exited:\n{log_tail(log)}")
 
             wait_for_campaign(campaign, lambda line: None, timeout=timeout, watchdog=watchdog)
+        if campaign.runs.filter(status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).exists():
+            do_give_up_running_runs(campaign, acting_user=None)  # not finished in time: the tally says so
+            do_cancel_campaign(campaign, acting_user=None)
+        else:
+            do_complete_campaign(campaign)  # the stability checks, as verify_bugs records them
         runs = list(campaign.runs.select_related("reproducer_version__reproducer__bug").order_by("pk"))
         self.line("\nrun       reproducer                     variant  seed  status     verdict      seconds  reason")
         for run in runs:

@@ -17,7 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
         parser.add_argument("--pipelines", type=comma_list, default=[],
                             help="comma-separated clean pipelines (fixed variant only; default: none)")
-        parser.add_argument("--cuda", action="store_true", help="also the bugs' CUDA reproducers (need a GPU worker)")
+        parser.add_argument("--cuda", action="store_true",
+                            help="also the bugs' CUDA reproducers, and the CUDA pipelines named (need a GPU worker)")
         parser.add_argument("--detectors", type=comma_list, help="comma-separated detector names (default: all)")
         parser.add_argument("--variants", type=comma_list, default=Variant.values)
         parser.add_argument("--seeds", type=int_list, default=[0])
