@@ -14,7 +14,8 @@ class ResultsView(APIView):
     """The evaluation tables (same numbers as the results page and the exports, for the same query)."""
 
     @extend_schema(parameters=[
-        OpenApiParameter("evaluation", int, description="Stored tables of this evaluation (default: the latest)"),
+        OpenApiParameter("evaluation", int, description="Stored tables of this evaluation (default: the latest CPU "
+                                                        "one; a GPU evaluation is asked for by its ID)"),
         OpenApiParameter("campaign", int, description="Live tables over the runs of this campaign"),
         OpenApiParameter("detector", str, many=True, description="Only these detectors"),
         OpenApiParameter("bug", str, many=True, description="Only these bugs (IDs)"),
@@ -33,7 +34,10 @@ class ResultsView(APIView):
             raise NotFoundError(str(error)) from error
         if results.errors:
             raise ValidationError(results.errors.get_json_data())
-        body = {"evaluation": results.evaluation.pk if results.evaluation else None}
+        evaluation = results.evaluation
+        body = {"evaluation": evaluation.pk if evaluation else None,
+                "device": evaluation.device if evaluation else None,  # where its runs ran: cpu or gpu
+                "environment": evaluation.environment if evaluation else None}
         for name, (key, _, _) in TABLES.items():
             body[key] = json.loads(results.table(name).to_json(orient="records"))
         return body

@@ -149,3 +149,12 @@ def test_evaluate_cuda_runs_the_gpu_track_bundled_on_gpu_workers_and_publishes_a
 def test_evaluate_cuda_on_a_node_without_gpus_says_so():
     with pytest.raises(CommandError, match="nvidia-smi lists none"):
         call_command("evaluate", "--cuda")
+
+
+def test_the_api_says_where_an_evaluations_runs_ran(client):
+    cpu, gpu = stored_evaluation(torch="2.13.0+cpu"), gpu_evaluation()
+    latest = client.get("/api/results/").json()
+    assert (latest["evaluation"], latest["device"], latest["environment"]) == (cpu.pk, "cpu", "CPU, torch 2.13.0+cpu")
+    on_gpu = client.get("/api/results/", {"evaluation": gpu.pk}).json()
+    assert on_gpu["device"] == "gpu" and on_gpu["environment"].startswith("NVIDIA H200 (driver 580.95.05")
+    assert {row["detector"] for row in on_gpu["detection"]} == {"nan_inf", "grad_health", "differential"}
