@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from django.conf import settings
 
+from .models import Device
+
 if TYPE_CHECKING:
     from .models import Evaluation
 
@@ -55,6 +57,7 @@ def evaluation_facts(evaluation: Evaluation) -> dict[str, str]:
     """What identifies an evaluation's numbers, in words: ID, date, commit, environment and tables digest."""
     parameters = evaluation.parameters
     environment = ", ".join(part for part in (
+        evaluation.hardware if evaluation.device == Device.GPU else "",  # a CPU one's, as before GPU evaluations
         f"torch {parameters['torch']}" if parameters.get("torch") else "",
         f"traincheck {parameters['traincheck']}" if parameters.get("traincheck") else "",
         f"host {parameters['host']}" if parameters.get("host") else "") if part)

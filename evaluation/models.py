@@ -67,15 +67,20 @@ class Evaluation(models.Model):
         return reverse("evaluation:results") + f"?evaluation={self.pk}"
 
     @property
-    def environment(self):
-        """Where its runs ran, in words: the GPU with its driver and CUDA for a GPU evaluation, then torch."""
+    def hardware(self):
+        """What its runs ran on, in words: "CPU", or the GPU with its driver and CUDA."""
         parameters = self.parameters or {}
-        torch = f", torch {parameters['torch']}" if parameters.get("torch") else ""
         if self.device != Device.GPU:
-            return f"CPU{torch}"
+            return "CPU"
         details = ", ".join(part for part in (parameters.get("gpu_driver") and f"driver {parameters['gpu_driver']}",
                                               parameters.get("cuda") and f"CUDA {parameters['cuda']}") if part)
-        return f"{parameters.get('gpu') or 'GPU'}{f' ({details})' if details else ''}{torch}"
+        return f"{parameters.get('gpu') or 'GPU'}{f' ({details})' if details else ''}"
+
+    @property
+    def environment(self):
+        """Where its runs ran, in words: ``hardware``, then torch."""
+        torch = (self.parameters or {}).get("torch")
+        return f"{self.hardware}{f', torch {torch}' if torch else ''}"
 
 
 def tables_digest_of(tables):

@@ -158,3 +158,9 @@ def test_the_api_says_where_an_evaluations_runs_ran(client):
     on_gpu = client.get("/api/results/", {"evaluation": gpu.pk}).json()
     assert on_gpu["device"] == "gpu" and on_gpu["environment"].startswith("NVIDIA H200 (driver 580.95.05")
     assert {row["detector"] for row in on_gpu["detection"]} == {"nan_inf", "grad_health", "differential"}
+
+
+def test_a_gpu_evaluations_exports_and_citation_name_the_gpu(client):
+    gpu = gpu_evaluation()
+    caption = client.get("/results/detection.tex", {"evaluation": gpu.pk}).content.decode()
+    assert "NVIDIA H200 (driver 580.95.05, CUDA 13.0), torch 2.11.0+cu130" in caption
