@@ -1,5 +1,6 @@
 """The GPU evaluation (issue 29): its observers watch each run together, in one bundle, and every table, filter and
 list counts a bundle's run as each member's own; a GPU evaluation is set apart from the CPU one on every page."""
+import re
 from io import StringIO
 
 import pytest
@@ -12,6 +13,8 @@ from evaluation.models import Device, Evaluation
 from evaluation.published import read_snapshot
 from evaluation.results import Results, latest_evaluation
 from evaluation.tables import judged_runs
+from runners.management.commands import gpu_check as gpu_check_command
+from runners.models import StabilityCheck
 
 from .factories import BugFactory, EnvironmentFactory, ReproducerFactory, ReproducerVersionFactory
 from .helpers import stored_evaluation, table
@@ -164,3 +167,42 @@ def test_a_gpu_evaluations_exports_and_citation_name_the_gpu(client):
     gpu = gpu_evaluation()
     caption = client.get("/results/detection.tex", {"evaluation": gpu.pk}).content.decode()
     assert "NVIDIA H200 (driver 580.95.05, CUDA 13.0), torch 2.11.0+cu130" in caption
+
+
+GOOD_PROBE = {"cuinit": 0, "torch": "2.11.0+cu130", "cuda_available": True, "name": "NVIDIA A100-SXM4-40GB",
+              "matmul_error": 2e-16, "free_mb": 40000, "total_mb": 40960, "error": ""}
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_gpu_check_verifies_then_evaluates_and_publishes_in_its_own_folder(  # noqa: F811
+        two_gpus, tmp_path, monkeypatch, settings):  # noqa: F811
+    """``gpu_check --evaluate`` as bin/gpu-check runs it (its own SQLite database and filesystem broker): the
+    verification is recorded as a stability check, then the GPU evaluation is stored, written and published. The
+    probe's result is replaced (no GPU here: the edge of what runs on CPU, as in test_gpu_check.py), the worker's own
+    check is off, and the CUDA program is one that runs on a CPU too; gpu-transformer, the overhead's workload,
+    refuses without CUDA as it would on a node whose GPU failed, and the overhead table says so."""
+    if not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") or \
+            not settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        pytest.skip("gpu_check runs only on a database and a broker of its own (bin/gpu-check's): the SQLite pass")
+    monkeypatch.setattr(gpu_check_command, "probe_gpu", lambda gpu, sealed: {
+        "index": gpu["index"], "name": gpu["name"], "sealed": sealed, "passed": True, "reason": "",
+        "facts": GOOD_PROBE, "seconds": 1.0})
+    monkeypatch.setenv("SILENTBENCH_GPU_SELF_CHECK", "false")
+    manifest = {"entrypoint": "repro.py", "strategy": "injected", "default_steps": 3,
+                "needs": {"time_limit_seconds": 60, "memory_mb": 1024, "cuda": True, "gpus": 1}}
+    ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id="GPU-TOY"), name="cuda",
+                                                          needs_cuda=True), manifest=manifest)
+    out = StringIO()
+    call_command("gpu_check", "--scratch", "--bugs", "GPU-TOY", "--seeds", "1", "--evaluate", "--results-dir",
+                 str(tmp_path / "out"), "--detectors", "nan_inf", stdout=out)
+    text = out.getvalue()
+    assert re.search(r"^ +GPU-TOY/cuda +1/1 +0/1 +verified$", text, re.M), text  # the tally
+    assert text.rstrip().endswith("this node is ready for GPU runs")
+    assert StabilityCheck.objects.get(reproducer_version__reproducer__bug__bug_id="GPU-TOY").verdict == "verified"
+    evaluation = Evaluation.objects.get()
+    assert evaluation.device == Device.GPU and evaluation.published_id
+    assert [row["detector"] for row in evaluation.tables["detection"]] == ["nan_inf"]
+    assert evaluation.tables["overhead"] == [{**evaluation.tables["overhead"][0], "detector": "nan_inf", "pairs": 0}]
+    assert (tmp_path / "out" / "results-gpu.md").is_file()
+    assert (tmp_path / "out" / f"{evaluation.published_id}.json.gz").is_file()

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from core.cli import positive_int
+from core.cli import comma_list, positive_int
 
 from ...actions.campaigns import do_cancel_campaign, do_complete_campaign, do_start_verification
 from ...actions.runs import do_give_up_running_runs
@@ -48,13 +48,15 @@ class Command(BaseCommand):
                                  "there as a snapshot to ship (evaluation/published/)")
         parser.add_argument("--results-dir", help="where --evaluate writes (default: gpu-evaluation beside the check's "
                                                   "database)")
+        parser.add_argument("--detectors", type=comma_list,
+                            help="--evaluate's detectors (default: every one without a fit phase)")
         parser.add_argument("--pairs", type=positive_int, default=1,
                             help="--evaluate's overhead pairs per detector (default 1: every detector in minutes)")
         parser.add_argument("--evaluation-timeout", type=positive_int,
                             help="seconds for --evaluate's runs (default: none)")
 
     def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=None, evaluate=False,
-               results_dir=None, pairs=1, evaluation_timeout=None, **options):
+               results_dir=None, detectors=None, pairs=1, evaluation_timeout=None, **options):
         facts, gpus = host_facts(), gpu_inventory()
         import torch  # the node's own build: what the runs import
 
@@ -81,19 +83,20 @@ class Command(BaseCommand):
         elif not no_runs:
             ok = self.runs(bugs.split(",") if bugs else None, seeds, usable, timeout, scratch) and ok
             if evaluate:  # after the verification, whatever it found: a reproducer that failed is evaluated too
-                self.evaluate(bugs, seeds, pairs, evaluation_timeout, Path(results_dir or settings.VAR_DIR.parent
-                                                                           / "gpu-evaluation"))
+                folder = Path(results_dir) if results_dir else settings.VAR_DIR.parent / "gpu-evaluation"
+                self.evaluate(bugs, detectors, seeds, pairs, evaluation_timeout, folder)
         if not ok:
             raise CommandError("this node is not ready for GPU runs: see the FAILED lines above")
         self.line("\nthis node is ready for GPU runs")
 
-    def evaluate(self, bugs, seeds, pairs, timeout, folder):
+    def evaluate(self, bugs, detectors, seeds, pairs, timeout, folder):
         """The GPU evaluation in this check's database; its page and snapshot written to ``folder``."""
         folder.mkdir(parents=True, exist_ok=True)
         page = folder / "results-gpu.md"
         self.line(f"\nevaluation  manage.py evaluate --cuda, {seeds} seed(s), {pairs} overhead pair(s) per detector")
         call_command("evaluate", cuda=True, seeds=seeds, pairs=pairs, timeout=timeout, publish=str(folder),
-                     bugs=bugs.split(",") if bugs else None, results=str(page), stdout=self.stdout)
+                     detectors=detectors, bugs=bugs.split(",") if bugs else None, results=str(page),
+                     stdout=self.stdout)
 
     def runs(self, bug_ids, seeds, gpu_count, timeout, scratch):
         embedded = (settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
