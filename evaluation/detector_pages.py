@@ -15,7 +15,8 @@ from runners.models import Detector
 
 from .entries import detector_history
 from .leaderboard import Leaderboard, Standing, build_leaderboard
-from .results import evaluations_for, results_viewer
+from .models import Device
+from .results import evaluations_for, latest_evaluation, results_viewer
 
 HISTORY_EVALUATIONS = 20  # the newest stored evaluations its history plot reads
 
@@ -25,8 +26,10 @@ class DetectorPage:
     name: str
     plugin: Any  # the registered plugin class, or None for a detector that is no longer (or never was) built in
     versions: list  # [(DetectorVersion, open-leaderboard entry or None)], newest first
-    board: Leaderboard | None = None  # the latest stored evaluation's leaderboard
+    board: Leaderboard | None = None  # the latest stored CPU evaluation's leaderboard
     standing: Standing | None = None  # its row there
+    gpu_board: Leaderboard | None = None  # the latest GPU evaluation's, shown apart
+    gpu_standing: Standing | None = None  # its row there
     caught: list = field(default_factory=list)  # detection rows of the bugs caught beyond the fixed twin
     only_as_fixed: list = field(default_factory=list)  # detected, but never beyond the fixed twin
     missed: list = field(default_factory=list)  # rows with buggy runs and no detection
@@ -53,7 +56,8 @@ def detector_page(name, user):
         return None  # (a Detector row without code is one recorded before detector versions existed)
     page = DetectorPage(name=name, plugin=plugin, versions=versions)
     viewer = results_viewer(user)
-    for evaluation in reversed(list(evaluations_for(viewer)[:HISTORY_EVALUATIONS])):
+    # the CPU evaluations, whose history is of one catalog; the GPU track's bugs are others, shown apart
+    for evaluation in reversed(list(evaluations_for(viewer).filter(device=Device.CPU)[:HISTORY_EVALUATIONS])):
         board = build_leaderboard({"evaluation": str(evaluation.pk)}, user)
         standing = standing_in(board, name)
         if standing is not None and standing.bugs:
@@ -70,6 +74,10 @@ def detector_page(name, user):
         page.missed = [row for row in rows if row.get("buggy_runs") and not row.get("detected_runs")]
         page.false_alarms = [row for row in rows if row.get("pre_trigger_false_alarm_runs")
                              or row.get("fixed_runs_with_alarm")]
+    gpu = latest_evaluation(viewer, Device.GPU)
+    if gpu is not None:
+        page.gpu_board = build_leaderboard({"evaluation": str(gpu.pk)}, user)
+        page.gpu_standing = standing_in(page.gpu_board, name)
     page.chart = history_chart(page.history) if len(page.history) > 1 else None
     return page
 

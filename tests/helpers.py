@@ -1,11 +1,13 @@
 """Helpers shared by several test modules (test modules import from here and from factories.py, never
 from each other)."""
 import os
+import re
 from html.parser import HTMLParser
 
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern, URLResolver
+from django.utils.html import strip_tags
 from rest_framework.test import APIClient
 
 from accounts.actions import do_create_api_token
@@ -232,3 +234,8 @@ def stored_evaluation(bundled=False, environment=None, bugs=("PUB-1", "PUB-2"), 
     return do_store_evaluation(campaign, None, [{"detector": "nan_inf", "median_step_time_ratio": 1.02}], [],
                                {"seeds": 1, "commit": "abc123", "host": "eval-host", **parameters}, 12.5,
                                device=device, acting_user=None)
+
+
+def said(html, element_id):
+    """The text of the element with this id, its white space collapsed."""
+    return " ".join(strip_tags(re.search(rf'<(\w+)[^>]* id="{element_id}".*?</\1>', html, re.S)[0]).split())

@@ -17,7 +17,7 @@ from runners.management.commands import gpu_check as gpu_check_command
 from runners.models import StabilityCheck
 
 from .factories import BugFactory, EnvironmentFactory, ReproducerFactory, ReproducerVersionFactory
-from .helpers import stored_evaluation, table
+from .helpers import said, stored_evaluation, table
 from .test_routing import two_gpus  # noqa: F401 - the fixture: two fake A100s
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +206,13 @@ def test_gpu_check_verifies_then_evaluates_and_publishes_in_its_own_folder(  # n
     assert evaluation.tables["overhead"] == [{**evaluation.tables["overhead"][0], "detector": "nan_inf", "pairs": 0}]
     assert (tmp_path / "out" / "results-gpu.md").is_file()
     assert (tmp_path / "out" / f"{evaluation.published_id}.json.gz").is_file()
+
+
+def test_a_detectors_page_keeps_its_cpu_standing_and_history_and_gives_the_gpu_one_apart(client):
+    cpu = stored_evaluation(torch="2.13.0+cpu")
+    gpu_evaluation()
+    page = client.get("/detectors/grad_health/").content.decode()
+    standing = said(page, "standing")
+    assert f"Evaluation {cpu.label}" in standing and "1/2" in standing.split("On a GPU")[0]
+    assert "On a GPU (the GPU track, evaluation" in standing and "NVIDIA H200" in standing
+    assert "GPU-1" not in page.split('id="gpu-standing"')[0]  # its bugs are not the CPU standing's

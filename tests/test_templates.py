@@ -4,9 +4,9 @@ import re
 from pathlib import Path
 
 import pytest
-from django.utils.html import strip_tags
 
 from .factories import EvaluationFactory
+from .helpers import said
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ONE_LINE_COMMENT = re.compile(r"\{#.*?#\}")
@@ -28,11 +28,6 @@ def test_no_template_opens_a_comment_it_does_not_close_on_the_same_line():
     found = {str(path.relative_to(TEMPLATES)): lines for path in sorted(TEMPLATES.rglob("*.html"))
              if (lines := unclosed_comments(path.read_text(encoding="utf-8")))}
     assert found == {}
-
-
-def said(html, element_id):
-    """The text of the element with this id, its white space collapsed."""
-    return " ".join(strip_tags(re.search(rf'<(\w+)[^>]* id="{element_id}".*?</\1>', html, re.S)[0]).split())
 
 
 def day(evaluation):
