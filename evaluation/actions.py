@@ -131,6 +131,20 @@ def do_retabulate_sensitivity_evaluation(evaluation: SensitivityEvaluation, *,
 
 
 @transaction.atomic
+def do_record_overhead(evaluation: Evaluation, overhead_campaign: Campaign, overhead: list[dict[str, Any]],
+                       wall_seconds: float, *, acting_user: User | None) -> Evaluation:
+    """Add the overhead pairs, measured after the evaluation was stored (so that an interruption while they run
+    loses only them), to its tables."""
+    evaluation.overhead_campaign = overhead_campaign
+    evaluation.tables = {**evaluation.tables, "overhead": overhead}
+    evaluation.wall_seconds = wall_seconds
+    evaluation.save(update_fields=["overhead_campaign", "tables", "wall_seconds"])
+    audit.record(acting_user, AuditAction.RECORD, evaluation,
+                 f"recorded the overhead of evaluation #{evaluation.pk} ({overhead_campaign})")
+    return evaluation
+
+
+@transaction.atomic
 def do_retabulate_evaluation(evaluation: Evaluation, *, acting_user: User | None) -> Evaluation:
     """Recompute a stored evaluation's run tables from its runs (after retried runs finished). A published one is
     refused: its ID names its tables, and copies of it are loaded elsewhere."""

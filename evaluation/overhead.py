@@ -8,6 +8,7 @@ offline check). The table gives the median ratio over pairs. Fit and check are t
 """
 import logging
 import statistics
+import time
 
 from runners.actions.campaigns import do_cancel_campaign, do_create_campaign
 from runners.actions.runs import do_give_up_running_runs
@@ -34,12 +35,14 @@ def end_to_end_seconds(run):
     return run.wall_seconds + (run.analysis_seconds or 0)
 
 
-def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None, *, acting_user=None):
+def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None, *, deadline=None,
+                        acting_user=None):
     """Run the overhead pairs in this process, one run at a time; return (campaign, records).
 
     The runs belong to a campaign of purpose ``overhead``, created through do_create_campaign but not
     enqueued: the reconciler leaves such runs to the process that times them, and whatever this process
-    could not run (it was interrupted) is cancelled, and the run it was timing then fails as lost."""
+    could not run (it was interrupted) is cancelled, and the run it was timing then fails as lost. Past
+    ``deadline`` (time.monotonic()), the detectors not timed yet are not: their records have no pair."""
     plan = CampaignPlan.pairs(workload, plain, detectors, pairs, steps)
     campaign = do_create_campaign(f"overhead on {workload.reproducer}", plan, CampaignPurpose.OVERHEAD, enqueue=False,
                                   acting_user=acting_user)
@@ -49,6 +52,11 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
     records, measured = [], False
     try:
         for detector in detectors:
+            if deadline is not None and time.monotonic() > deadline:
+                if write:
+                    write(f"  {detector.name}: not timed, the overhead's time is up")
+                records.append(overhead_record(detector.name, [], pairs))
+                continue
             records.append(_measure_pairs(detector, pairs_by_detector[detector.name], pairs, write))
         measured = True
     finally:

@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+from django.conf import settings
 from django.utils import timezone
 
 from core.exports import export
@@ -107,6 +108,11 @@ def traincheck_beside_its_paper():
             f"reads evaluation #{benchmark.get('evaluation', '?')}. How each column is measured, and every gap with "
             f"its evidence (runs, invariants): [traincheck-paper.md](traincheck-paper.md).\n\n"
             + comparison_table(data))
+
+
+def results_page(device):
+    """Where an evaluation of ``device`` is written by default: docs/results.md, or docs/results-gpu.md."""
+    return settings.BASE_DIR / "docs" / ("results-gpu.md" if device == Device.GPU else "results.md")
 
 
 def render(evaluation):

@@ -14,7 +14,7 @@ from evaluation.published import read_snapshot
 from evaluation.results import Results, latest_evaluation
 from evaluation.tables import judged_runs
 from runners.management.commands import gpu_check as gpu_check_command
-from runners.models import StabilityCheck
+from runners.models import Run, StabilityCheck
 
 from .factories import BugFactory, EnvironmentFactory, ReproducerFactory, ReproducerVersionFactory
 from .helpers import said, stored_evaluation, table
@@ -216,3 +216,15 @@ def test_a_detectors_page_keeps_its_cpu_standing_and_history_and_gives_the_gpu_o
     assert f"Evaluation {cpu.label}" in standing and "1/2" in standing.split("On a GPU")[0]
     assert "On a GPU (the GPU track, evaluation" in standing and "NVIDIA H200" in standing
     assert "GPU-1" not in page.split('id="gpu-standing"')[0]  # its bugs are not the CPU standing's
+
+
+@pytest.mark.django_db
+def test_evaluate_cuda_refuses_what_it_cannot_run_before_it_runs_anything(two_gpus, settings):  # noqa: F811
+    settings.SILENTBENCH_RUNS_PER_GPU = 2  # two A100 40 GB shared by two runs each: 20 GB a run
+    with pytest.raises(CommandError) as refused:
+        call_command("evaluate", "--cuda", "--bugs", "PT-191612,NO-SUCH-BUG", "--pipelines",
+                     "gpu-transformer,mlp-adam")
+    said = str(refused.value)
+    assert "NO-SUCH-BUG: no CUDA reproducer that runs today" in said and "mlp-adam: no CUDA pipeline" in said
+    assert "pipeline/gpu-transformer: it needs 1 GPU with 40 GB each" in said and "PT-191612" not in said
+    assert not Evaluation.objects.exists() and not Run.objects.exists()

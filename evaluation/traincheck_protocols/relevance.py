@@ -53,18 +53,30 @@ RELEVANT = {
     "DS-1801": Relevance(
         CONSISTENCY, "replicated LayerNorm weight and bias across tensor-parallel ranks",
         "rank 1 never clips its LayerNorm copy while rank 0 does: the paper's own Consistency example"),
+    "PT-104157": Relevance(
+        (), "the gradient that bilinear upsampling's backward adds up into a bf16 input",
+        "16-bit atomic additions stop growing a shared element's gradient: the fault changes values only (the fix "
+        "casts around the same interpolate)"),
     "PT-115607": Relevance(
         STEP_UPDATES, "the optimizer's step() and the parameters it must change",
         "the compiled step keeps replaying its cached no-op graph, so step() stops changing the parameters"),
     "PT-124357": Relevance(
         (), "the output of a compiled forward after a module attribute changed",
         f"the stale graph bakes in the old constant; {VALUES_ONLY}"),
+    "PT-126514": Relevance(
+        (), "the parameters AdamW's capturable single-tensor step writes at learning rate 0",
+        "it divides by a step size of -0.0, writing NaN where gradients were 0: the fault changes values only (the "
+        "fix takes the foreach implementation of the same step())"),
     "PT-179804": Relevance(
         (("ConsistentOutputRelation", ("dtype",)),), "the dtype of the tensors the backward's matmuls return",
         "compiled, the backward of an autocast-disabled block runs in the outer autocast dtype, not fp32"),
     "PT-181723": Relevance(
         (), "param.grad after gradient accumulation over graphed microbatches",
         f"the accumulated gradient is g2+g2 instead of g1+g2; {VALUES_ONLY}"),
+    "PT-191612": Relevance(
+        (), "the attention output computed with a float32 additive mask and fp16 q, k, v",
+        "the mask's bytes are read as fp16 elements, NaN and zeros in place of -inf: the fault changes values only "
+        "(the fix casts the mask before the same call)"),
     "PT-197888": Relevance(
         (), "the input gradient of adaptive_max_pool3d",
         f"gradient mass lands at positions that were not the argmax; {VALUES_ONLY}"),

@@ -12,10 +12,15 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int, source_commit
-from evaluation.actions import do_publish_evaluation, do_retabulate_evaluation, do_store_evaluation
+from evaluation.actions import (
+    do_publish_evaluation,
+    do_record_overhead,
+    do_retabulate_evaluation,
+    do_store_evaluation,
+)
 from evaluation.models import Device, Evaluation
 from evaluation.overhead import do_measure_overhead
-from evaluation.results_doc import render
+from evaluation.results_doc import render, results_page
 from runners.actions.campaigns import do_cancel_campaign, do_create_campaign
 from runners.actions.detectors import do_record_builtin_detector_version, do_record_detector
 from runners.actions.runs import do_give_up_running_runs
@@ -24,7 +29,8 @@ from runners.detector_versions.fitting import FitError, ensure_fit, is_fit_refer
 from runners.detectors import all_plugins, get_plugin
 from runners.detectors.bundle import Bundle, bundling_refusal
 from runners.detectors.traincheck import tool_version
-from runners.environments.host import gpu_inventory, host_facts
+from runners.environments.host import gpu_inventory, host_capabilities, host_facts
+from runners.environments.routing import needs_of, queue_for, queues_for_worker
 from runners.models import CampaignPurpose
 from runners.plans import CampaignPlan
 from runners.selectors import runnable_versions
@@ -45,7 +51,7 @@ def command_line(options):
     """The evaluate command as it was asked for (the options that were given)."""
     parts = ["manage.py evaluate" + (" --cuda" if options.get("cuda") else "")]
     for name in ("seeds", "bugs", "pipelines", "detectors", "pairs", "overhead_workload", "overhead_steps",
-                 "concurrency", "timeout"):
+                 "concurrency", "timeout", "overhead_timeout"):
         value = options.get(name)
         if value is not None and (name, value) != ("pairs", 5):
             parts.append(f"--{name.replace('_', '-')} {','.join(value) if isinstance(value, list) else value}")
@@ -67,6 +73,9 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=positive_int,
                             help="seconds for the campaign's runs: those not finished by then are cancelled and the "
                                  "evaluation is stored with what finished (its run counts say so)")
+        parser.add_argument("--overhead-timeout", type=positive_int,
+                            help="seconds for the overhead pairs: the detectors not timed by then are left untimed "
+                                 "(the evaluation is stored before they start)")
         parser.add_argument("--seeds", type=positive_int,
                             help="seeds 0..N-1 per (reproducer, variant, detector) (default 1; 3 with --cuda)")
         parser.add_argument("--bugs", type=comma_list, help="comma-separated bug IDs (default: every runnable bug)")
@@ -95,10 +104,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         cuda = options["cuda"]
-        if options["results"] is None:
-            options["results"] = str(settings.BASE_DIR / "docs" / ("results-gpu.md" if cuda else "results.md"))
         if options["retabulate"] is not None:
             return self.retabulate(options["retabulate"], options["results"])
+        if options["results"] is None:
+            options["results"] = str(results_page(Device.GPU if cuda else Device.CPU))
         signal.signal(signal.SIGTERM, exit_on_sigterm)  # stopped like Ctrl-C: nothing left running
         started, commit = time.monotonic(), source_commit()  # the code that runs, whatever is committed meanwhile
         write = line_writer(sys.stdout)
@@ -129,17 +138,22 @@ class Command(BaseCommand):
                               f"{options['timeout']} s, cancelled; the evaluation keeps the finished ones.")
             do_give_up_running_runs(campaign, acting_user=None)
             do_cancel_campaign(campaign, acting_user=None)
-        self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
-        overhead_campaign, overhead = do_measure_overhead(workload, overhead_detectors, plain, options["pairs"],
-                                                          options["overhead_steps"], write)
-        evaluation = do_store_evaluation(
-            campaign, overhead_campaign, overhead, fits, wall_seconds=round(time.monotonic() - started, 1),
+        evaluation = do_store_evaluation(  # before the overhead: an interruption there loses only the overhead
+            campaign, None, [], fits, wall_seconds=round(time.monotonic() - started, 1),
             parameters={
                 "command": command_line(options), "seeds": seeds,
                 "detectors": [d.name for d in overhead_detectors], "pairs": options["pairs"],
                 "overhead_workload": str(workload.reproducer), "host": socket.gethostname(), "torch": torch.__version__,
                 "traincheck": tool_version(), "commit": commit, **(gpu_parameters(gpus) if cuda else {}),
             }, device=Device.GPU if cuda else Device.CPU, acting_user=None)
+        self.write_results(evaluation, options["results"])
+        self.stdout.write(f"Evaluation #{evaluation.pk} stored, its overhead next.")
+        self.stdout.write("\nOverhead: interleaved plain/instrumented pairs, one run at a time.")
+        deadline = options["overhead_timeout"] and time.monotonic() + options["overhead_timeout"]
+        overhead_campaign, overhead = do_measure_overhead(workload, overhead_detectors, plain, options["pairs"],
+                                                          options["overhead_steps"], write, deadline=deadline)
+        do_record_overhead(evaluation, overhead_campaign, overhead, round(time.monotonic() - started, 1),
+                           acting_user=None)
         self.stdout.write(f"Evaluation #{evaluation.pk} stored; {evaluation.wall_seconds / 60:.1f} min in all.")
         if options["publish"]:
             try:
@@ -184,8 +198,16 @@ class Command(BaseCommand):
         versions = runnable_versions(options["bugs"], cuda=True)
         pipelines = [version for version in runnable_versions(pipelines=True, cuda=True)
                      if version.reproducer.name in (options["pipelines"] or ())]
-        if not versions + pipelines:
-            raise CommandError("no CUDA reproducer or pipeline in the catalog to evaluate")
+        problems = [f"{name}: no CUDA reproducer that runs today" for name in sorted(
+            set(options["bugs"] or ()) - {version.reproducer.bug.bug_id for version in versions})]
+        problems += [f"{name}: no CUDA pipeline" for name in sorted(
+            set(options["pipelines"] or ()) - {version.reproducer.name for version in pipelines})]
+        served = set(queues_for_worker(host_capabilities(), cpu=False))
+        problems += [f"{version.reproducer}: it needs {needs_of(version)}, more than this node's GPUs offer each run "
+                     f"(SILENTBENCH_RUNS_PER_GPU={settings.SILENTBENCH_RUNS_PER_GPU})"
+                     for version in versions + pipelines if queue_for(version) not in served]
+        if problems or not versions + pipelines:
+            raise CommandError("; ".join(problems) or "no CUDA reproducer or pipeline in the catalog to evaluate")
         try:
             plan = CampaignPlan.build(versions + pipelines, detectors, seeds=range(seeds))
         except ValidationError as error:
@@ -201,7 +223,7 @@ class Command(BaseCommand):
         except ValidationError as error:
             raise CommandError(" ".join(error.messages)) from error
         self.stdout.write(f"Evaluation #{evaluation.pk}: tables recomputed from its runs.")
-        self.write_results(evaluation, results)
+        self.write_results(evaluation, str(results_page(evaluation.device)) if results is None else results)
 
     def write_results(self, evaluation, results):
         if results:

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import comma_list, exit_on_sigterm, line_writer, positive_int, source_commit
-from evaluation.models import Evaluation
+from evaluation.models import Device, Evaluation
 from evaluation.traincheck_protocols.measuring import (
     benchmark_figures,
     measure_overhead,
@@ -97,7 +97,7 @@ class Command(BaseCommand):
 
     def evaluation(self, evaluation_id):
         if evaluation_id is None:
-            return Evaluation.objects.first()  # the latest (Meta.ordering)
+            return Evaluation.objects.filter(device=Device.CPU).first()  # the latest CPU one (Meta.ordering)
         evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
         if evaluation is None:
             raise CommandError(f"No evaluation #{evaluation_id}.")
