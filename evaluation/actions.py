@@ -80,8 +80,10 @@ def records(frame: DataFrame) -> list[dict[str, Any]]:
 
 
 def run_counts(runs: QuerySet[Run]) -> dict[str, int]:
+    """How many runs, failed, retried, and cancelled (not finished by ``evaluate --timeout``)."""
     return {"runs": runs.count(), "failed_runs": runs.filter(status=RunStatus.FAILED).count(),
-            "retried_runs": runs.filter(attempts__gt=1).count()}
+            "retried_runs": runs.filter(attempts__gt=1).count(),
+            "cancelled_runs": runs.filter(status=RunStatus.CANCELLED).count()}
 
 
 def run_tables(runs: QuerySet[Run]) -> dict[str, list[dict[str, Any]]]:

@@ -17,6 +17,8 @@ class ResultsView(APIView):
         OpenApiParameter("evaluation", int, description="Stored tables of this evaluation (default: the latest CPU "
                                                         "one; a GPU evaluation is asked for by its ID)"),
         OpenApiParameter("campaign", int, description="Live tables over the runs of this campaign"),
+        OpenApiParameter("device", str, description="Without an evaluation or campaign: the latest evaluation that "
+                                                    "ran on cpu (the default) or gpu"),
         OpenApiParameter("detector", str, many=True, description="Only these detectors"),
         OpenApiParameter("bug", str, many=True, description="Only these bugs (IDs)"),
         OpenApiParameter("framework", str, description="Only bugs of this framework"),

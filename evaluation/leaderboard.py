@@ -25,7 +25,7 @@ from .sensitivity import leaderboard_sensitivity
 from .tables import integration_of
 
 BASELINE = "plain"  # the detector whose runs the overhead pairs compare against (manage.py evaluate)
-SELECTION = ("evaluation", "campaign")  # the query parameters that choose the runs; the leaderboard has no filter
+SELECTION = ("evaluation", "campaign", "device")  # the query parameters that choose the runs; no filter here
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Leaderboard:
 
 
 def selection_query(query):
-    """The part of a query string that chooses the runs (``?evaluation=`` or ``?campaign=``)."""
+    """The part of a query string that chooses the runs (``?evaluation=``, ``?campaign=`` or ``?device=``)."""
     return {name: query[name] for name in SELECTION if query.get(name)}
 
 

@@ -126,7 +126,8 @@ def without_nan(frame):
 
 class Results:
     """``?evaluation=ID`` selects an evaluation's stored tables, ``?campaign=ID`` the live tables of a
-    campaign's runs; with neither, the latest CPU evaluation (``latest_evaluation``), or every run if there is none.
+    campaign's runs; with neither, the latest evaluation of ``?device=`` (cpu, the default, or gpu:
+    ``latest_evaluation``), or for the CPU every run if there is none.
     With both, the campaign is shown and the evaluation ignored (``ignored_evaluation``). An ID that names no
     evaluation or campaign (or is not a number) raises NotFound. The filter fields (``evaluation.filters``)
     narrow them.
@@ -158,10 +159,15 @@ class Results:
             self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
         else:
+            device = query.get("device") or Device.CPU
+            if device not in Device.values:
+                raise NotFound(f"No such device: an evaluation ran on {' or '.join(Device.values)}.")
             self.evaluation = (self.evaluations.filter(pk=evaluation_id).first()
-                               if evaluation_id is not None else latest_evaluation(self.viewer))
+                               if evaluation_id is not None else latest_evaluation(self.viewer, device))
             if evaluation_id is not None and self.evaluation is None:
                 raise NotFound(f"No evaluation #{evaluation_id}.")
+            if self.evaluation is None and device != Device.CPU:
+                raise NotFound(f"No {Device(device).label} evaluation is stored yet.")
             runs = self.evaluation.campaign.runs.all() if self.evaluation else counted_runs(self.viewer)
         self.campaign_id = campaign_id
         # the runs of a campaign the viewer may see all count for them (runners.selectors.visible_campaigns): those

@@ -127,9 +127,11 @@ def render(evaluation):
         *([f"Where the runs ran: **{evaluation.environment}**, {parameters.get('gpus', '?')} GPU(s), "
            f"{parameters.get('runs_per_gpu', 1)} run(s) at a time on each. The CUDA reproducers of the catalog, "
            "buggy and fixed (the fixed variants are the clean runs), under every detector without a fit phase; "
-           "the detectors that only observe watched each run together, in one bundle (each member's alarms kept "
-           "apart, so that a run gives each what a run of its own would), the others in runs of their own. The "
-           "overhead pairs ran one run at a time, each detector alone. The CPU evaluation is "
+           + ("every detector in runs of its own (`--apart`). " if parameters.get("apart") else
+              "the detectors that only observe watched each run together, in one bundle (each member's alarms kept "
+              "apart; for a bug that is a race, a member that waits for the GPU closes the window for all, and the "
+              "flakiness table lists such a run under `bundle`), the others in runs of their own. ")
+           + "The overhead pairs ran one run at a time, each detector alone. The CPU evaluation is "
            "[results.md](results.md).\n"] if gpu else []),
         (f"Published evaluation **{evaluation.published_id}** (tables digest `{evaluation.tables_digest}`; its "
          f"snapshot `evaluation/published/{evaluation.published_id}.json.gz` ships with the app and "
@@ -141,6 +143,8 @@ def render(evaluation):
         f"campaign #{evaluation.campaign_id}, overhead campaign #{evaluation.overhead_campaign_id}.\n",
         f"Seeds {parameters.get('seeds')}; detectors {', '.join(parameters.get('detectors', []))}; "
         f"{parameters.get('runs', '?')} runs ({parameters.get('failed_runs', '?')} failed, "
+        + (f"{parameters['cancelled_runs']} cancelled, not finished by `--timeout`, "
+           if parameters.get("cancelled_runs") else "") +
         f"{parameters.get('retried_runs', 0)} retried with `manage.py retry_failed`); "
         f"torch {parameters.get('torch', '?')}, traincheck {parameters.get('traincheck', '?')}; "
         f"commit {parameters.get('commit') or 'not recorded'}.\n",

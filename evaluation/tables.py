@@ -101,8 +101,8 @@ def judged_runs(runs):
     watched = []
     for row in rows:
         members = Bundle().members(row["detector__config"] or {}) if row["detector__name"] == Bundle.name else [""]
-        watched.extend({**row, "detector__name": member or row["detector__name"], "alarms": alarms[(row["id"], member)]}
-                       for member in members)
+        watched.extend({**row, "detector__name": member or row["detector__name"], "alarms": alarms[(row["id"], member)],
+                        "in_bundle": bool(member)} for member in members)
     return [
         (row, judge_run(row["variant"], row["trigger_step"], row["trigger_time"], row["alarms"], row["steps"] - 1),
          len(row["alarms"]))
@@ -228,13 +228,15 @@ def flakiness_table(runs=None, judged=None):
     whose reproducer, variant and detector gave different verdicts on different seeds ("seeds").
     `seeds_manifested` counts the runs of that group that manifested; `verdict` is the bug's status when the table
     was made."""
-    groups = defaultdict(list)
+    groups = defaultdict(dict)
     for row, _, _ in _of_bugs(_judged(runs, judged)):
-        if row["manifested"] is not None:
+        if row["manifested"] is not None:  # a bundle's run once, not once per member: its oracle is the run's
+            detector = Bundle.name if row.get("in_bundle") else row["detector__name"]
             groups[(row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
-                    row["variant"], row["detector__name"])].append(row)
+                    row["variant"], detector)][row["id"]] = row
     records = []
-    for (bug, reproducer, variant, detector), rows in sorted(groups.items()):
+    for (bug, reproducer, variant, detector), by_run in sorted(groups.items()):
+        rows = list(by_run.values())
         verdict = rows[0]["reproducer_version__reproducer__bug__status"]
         expected = EXPECTED_MANIFESTED.get(verdict, {}).get(variant)
         manifested = sum(1 for row in rows if row["manifested"])

@@ -94,17 +94,21 @@ def headline_of(run, counterpart=None):
     return run_headline(run, alarms, fixed_rules)
 
 
-def table_verdicts(runs):
+def table_verdicts(runs, member=""):
     """{run id: (alarm count, RunVerdict or None)} for the runs of one table page, in one grouped query. The
     verdict, for succeeded runs only, follows ``judge_run``: on a buggy run the alarms at or after the trigger
     step (step 0 without one) received in time detect, the earlier ones are false; on a clean run every alarm is
-    false. Latency in seconds and the first rule are left out: the tables do not show them."""
+    false. Latency in seconds and the first rule are left out: the tables do not show them. ``member``: of a
+    bundle's run (runners.detectors.bundle), only the alarms of that member count, as the tables count them."""
     runs = list(runs)
+    alarms = Alarm.objects.filter(run__in=[run.pk for run in runs])
+    if member:
+        alarms = alarms.filter(detector__in=["", member])  # a run's own detector's alarms name none
     trigger = Coalesce(F("run__trigger_step"), 0)
     in_time = Q(arrival_step__isnull=True) | (Q(arrival_step__lt=F("run__steps") - 1)
                                               & Q(step__gte=F("arrival_step") - BACKDATING_STEPS))
     qualifying = Q(step__gte=trigger) & in_time
-    counts = {row["run"]: row for row in Alarm.objects.filter(run__in=[run.pk for run in runs]).order_by()
+    counts = {row["run"]: row for row in alarms.order_by()
               .values("run").annotate(alarms=Count("id"), qualifying=Count("id", filter=qualifying),
                                       pre_trigger=Count("id", filter=Q(step__lt=trigger)),
                                       first=Min("step", filter=qualifying))}
@@ -131,6 +135,7 @@ class BugDetections:
 
     rows: list
     evaluation: Evaluation | None = None
+    gpu: tuple | None = None  # (the latest GPU evaluation, its rows of the bug) beside a CPU evaluation's rows
     campaign: Campaign | None = None
     runs: int = 0
     baseline_runs: int = 0  # with no rows: its succeeded runs without a detector (its verification's), if any
@@ -139,6 +144,11 @@ class BugDetections:
     def caught_by(self):
         """Detectors that detected the bug beyond its fixed twin (a qualifying rule the fixed run did not raise)."""
         return sorted({row["detector"] for row in self.rows if row.get("detected_beyond_fixed_runs")})
+
+    @property
+    def gpu_caught_by(self):
+        """``caught_by`` in the GPU evaluation shown beside the CPU one."""
+        return sorted({row["detector"] for row in self.gpu[1] if row.get("detected_beyond_fixed_runs")})
 
     @property
     def alarmed_alike(self):
@@ -152,15 +162,19 @@ def bug_detections(bug, user):
     stored evaluation of the bug, one campaign's runs are judged, not the bug's whole history: that is bounded by a
     campaign's size, and its seeds and environment belong together."""
     reproducers = set(visible_reproducers(user).filter(bug=bug).values_list("name", flat=True))
-    for device in Device.values:  # the CPU evaluation first; a bug only GPUs run is found in the GPU one
+    stored = {}  # device -> (evaluation, its rows of the bug): the CPU evaluation's first, the GPU one's apart
+    for device in Device.values:
         evaluation = latest_evaluation(results_viewer(user), device)
         if evaluation is None:
             continue
-        stored = cached_for(evaluation, f"detection:{bug.bug_id}", lambda evaluation=evaluation: [
+        rows = [row for row in cached_for(evaluation, f"detection:{bug.bug_id}", lambda evaluation=evaluation: [
             row for row in evaluation.tables.get("detection", []) if row.get("bug") == bug.bug_id])
-        rows = [row for row in stored if row.get("reproducer") in reproducers]
+            if row.get("reproducer") in reproducers]
         if rows:
-            return BugDetections(rows=rows, evaluation=evaluation)
+            stored[device] = (evaluation, rows)
+    if stored:
+        (evaluation, rows), *gpu = stored.values()  # a bug only GPUs run: the GPU evaluation's are its rows
+        return BugDetections(rows=rows, evaluation=evaluation, gpu=gpu[0] if gpu else None)
     runs = visible_runs(user, Run.objects.filter(reproducer_version__reproducer__bug=bug, status=RunStatus.SUCCEEDED))
     campaign = (visible_campaigns(user).filter(pk__in=runs.exclude(detector__name=BASELINE).values("campaign"))
                 .order_by("-created_at", "-id").first())

@@ -158,8 +158,9 @@ def run_list_page(request):
 
     def blocks():
         page = Paginator(listed.runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
-        return rendered_blocks("evaluation/run_list.html", {"listed": listed, "page_obj": page,
-                                                             "runs": list(page.object_list), "show_bug": True}, request)
+        return rendered_blocks("evaluation/run_list.html", {
+            "listed": listed, "page_obj": page, "runs": list(page.object_list), "show_bug": True,
+            "member": listed.narrowed.get("detector", "")}, request)
 
     selection = listed.results.cache_key
     return render(request, "page.html", {"blocks": shown_once(request, f"run-list:{selection}", blocks)

@@ -12,7 +12,7 @@ from evaluation.actions import do_load_published_evaluation, do_publish_evaluati
 from evaluation.models import Device, Evaluation
 from evaluation.published import read_snapshot
 from evaluation.results import Results, latest_evaluation
-from evaluation.tables import judged_runs
+from evaluation.tables import flakiness_table, judged_runs
 from runners.management.commands import gpu_check as gpu_check_command
 from runners.models import Run, StabilityCheck
 
@@ -54,6 +54,10 @@ def test_the_filter_and_the_run_lists_find_a_members_runs_inside_its_bundle(clie
     missed = table(client.get("/results/runs/", {"evaluation": evaluation.pk, "detector": "grad_health",
                                                  "variant": "buggy", "verdict": "missed"}).content.decode(), "runs")
     assert [row["Bug"].split("/")[0] for row in missed] == ["PUB-2"]
+    # its row is judged by grad_health's alarms: nan_inf's, in the same run, detected it
+    assert (missed[0]["Detector"], missed[0]["Alarms"], missed[0]["Detected"]) == (
+        "bundle (grad_health's alarms)", "0", "missed")
+    assert rows[0]["Detected"] == "at step 4"
 
 
 H200 = {"gpu": "NVIDIA H200", "gpu_driver": "580.95.05", "cuda": "13.0", "torch": "2.11.0+cu130"}
@@ -228,3 +232,44 @@ def test_evaluate_cuda_refuses_what_it_cannot_run_before_it_runs_anything(two_gp
     assert "NO-SUCH-BUG: no CUDA reproducer that runs today" in said and "mlp-adam: no CUDA pipeline" in said
     assert "pipeline/gpu-transformer: it needs 1 GPU with 40 GB each" in said and "PT-191612" not in said
     assert not Evaluation.objects.exists() and not Run.objects.exists()
+
+
+def test_a_bundles_run_whose_oracle_disagrees_is_one_row_of_the_flakiness_table():
+    evaluation = stored_evaluation(bundled=True)
+    Bug.objects.filter(bug_id="PUB-1").update(status="verified")
+    run = evaluation.campaign.runs.get(detector__name="bundle", variant="buggy",
+                                       reproducer_version__reproducer__bug__bug_id="PUB-1")
+    Run.objects.filter(pk=run.pk).update(manifested=False)  # the bug did not show under the bundle
+    rows = flakiness_table(evaluation.campaign.runs.all()).to_dict("records")
+    assert [(row["bug"], row["detector"], row["run"], row["disagrees_with"]) for row in rows] == [
+        ("PUB-1", "bundle", run.pk, "verdict")]
+
+
+def test_the_latest_gpu_evaluation_is_asked_for_by_device_and_a_bad_device_is_a_clear_404(client):
+    assert client.get("/api/results/", {"device": "gpu"}).status_code == 404  # none stored yet
+    stored_evaluation()
+    gpu = gpu_evaluation()
+    assert client.get("/api/results/", {"device": "gpu"}).json()["evaluation"] == gpu.pk
+    assert f"Evaluation <a href=\"{gpu.get_absolute_url()}\">" in client.get(
+        "/leaderboard/", {"device": "gpu"}).content.decode().replace("&amp;", "&")
+    for page in ("/api/results/", "/results/", "/leaderboard/"):
+        response = client.get(page, {"device": "<tpu>"})
+        assert response.status_code == 404 and "tpu" not in response.content.decode()  # not echoed
+
+
+def test_a_bug_with_cpu_and_cuda_reproducers_shows_both_evaluations_apart_and_the_catalog_counts_a_gpu_only_bug(
+        client):
+    stored_evaluation(bugs=("PUB-1", "PUB-2"))
+    gpu = gpu_evaluation()
+    ReproducerVersionFactory(reproducer=ReproducerFactory(bug=Bug.objects.get(bug_id="PUB-1"), name="cuda",
+                                                          needs_cuda=True))  # its CUDA reproducer, which GPUs run
+    for row in gpu.tables["detection"]:  # the GPU evaluation ran PUB-1's CUDA reproducer (as it ran GPU-1's)
+        if row["bug"] == "GPU-1":
+            gpu.tables["detection"].append({**row, "bug": "PUB-1", "reproducer": "cuda"})
+    gpu.save()
+    page = client.get(Bug.objects.get(bug_id="PUB-1").get_absolute_url()).content.decode()
+    assert "nan_inf" in said(page, "caught-by") and "NVIDIA H200" in said(page, "gpu-caught-by")
+    assert {row["Reproducer"] for row in table(page, "bug-detections-gpu")} == {"cuda"}
+    catalog = client.get("/catalog/").content.decode()
+    row = next(row for row in table(catalog, "bug-list") if row["ID"].startswith("GPU-1"))
+    assert "nan_inf" in row["Caught by"], row

@@ -9,6 +9,7 @@ from runners.permissions import TRIGGER_PERMISSION
 
 from ..leaderboard import BASELINE, build_leaderboard
 from ..methodology import to_html
+from ..models import Device
 from ..results import cached_for, latest_evaluation, results_viewer
 from ..tables import integration_of
 from ..verdicts import bug_detections, caught_by_in, headline_of, stored_bug_ids, table_verdicts
@@ -42,11 +43,12 @@ def run_verdict(run, counterpart=None):
 
 
 @register.simple_tag
-def attach_run_verdicts(runs):
+def attach_run_verdicts(runs, member=""):
     """Set on each run of one page of runs, with one grouped query: ``alarm_count``, ``verdict`` (a ``RunVerdict``,
     None unless the run succeeded), ``detected_at`` (the first qualifying alarm's step, or None) and ``baseline``
-    (no detector ran). ``runs`` must be the very list or page the table then iterates."""
-    verdicts = table_verdicts(runs)
+    (no detector ran). ``runs`` must be the very list or page the table then iterates. ``member``: a list of one
+    detector's runs judges a bundle's runs by that member's alarms only."""
+    verdicts = table_verdicts(runs, member)
     for run in runs:
         run.alarm_count, run.verdict = verdicts[run.pk]
         detected = run.verdict is not None and run.verdict.detected
@@ -64,13 +66,17 @@ def detections_of(context, bug):
 @register.simple_tag(takes_context=True)
 def attach_caught_by(context, bugs):
     """Set ``caught_by`` (detectors that detect the bug beyond its fixed twin) on one page of the catalog, from the
-    latest stored evaluation the reader may see, which it returns (None: no evaluation, nothing set). Only a
-    stored one, as for the leaderboard box: judging every run on each view of the catalog would not scale."""
-    evaluation = latest_evaluation(results_viewer(context["request"].user))
-    if evaluation is not None:
-        caught = cached_for(evaluation, "caught-by", lambda: caught_by_in(evaluation, stored_bug_ids(evaluation)))
-        for bug in bugs:
-            bug.caught_by = caught.get(bug.bug_id)
+    latest stored CPU evaluation the reader may see, which it returns (None: no evaluation), and for a bug it did
+    not run (one only GPUs run), from the latest GPU evaluation. Only stored ones, as for the leaderboard box:
+    judging every run on each view of the catalog would not scale."""
+    viewer = results_viewer(context["request"].user)
+    evaluation = latest_evaluation(viewer)
+    for shown in (evaluation, latest_evaluation(viewer, Device.GPU)):  # a bug the CPU evaluation did not run: GPU's
+        if shown is not None:
+            caught = cached_for(shown, "caught-by", lambda shown=shown: caught_by_in(shown, stored_bug_ids(shown)))
+            for bug in bugs:
+                if getattr(bug, "caught_by", None) is None:
+                    bug.caught_by = caught.get(bug.bug_id)
     return evaluation
 
 

@@ -49,7 +49,8 @@ def gpu_parameters(gpus):
 
 def command_line(options):
     """The evaluate command as it was asked for (the options that were given)."""
-    parts = ["manage.py evaluate" + (" --cuda" if options.get("cuda") else "")]
+    parts = ["manage.py evaluate" + (" --cuda" if options.get("cuda") else "") + (" --apart" if options.get("apart")
+                                                                                    else "")]
     for name in ("seeds", "bugs", "pipelines", "detectors", "pairs", "overhead_workload", "overhead_steps",
                  "concurrency", "timeout", "overhead_timeout"):
         value = options.get(name)
@@ -70,6 +71,9 @@ class Command(BaseCommand):
                                  "together in one bundle; "
                                  "stored as a GPU evaluation, written to docs/results-gpu.md (defaults: 3 seeds, "
                                  "overhead on gpu-transformer, a run at a time per GPU slot)")
+        parser.add_argument("--apart", action="store_true",
+                            help="with --cuda: every detector in runs of its own, none in a bundle (to compare: a "
+                                 "race's window closes for all the members of a bundle when one waits for the GPU)")
         parser.add_argument("--timeout", type=positive_int,
                             help="seconds for the campaign's runs: those not finished by then are cancelled and the "
                                  "evaluation is stored with what finished (its run counts say so)")
@@ -144,7 +148,8 @@ class Command(BaseCommand):
                 "command": command_line(options), "seeds": seeds,
                 "detectors": [d.name for d in overhead_detectors], "pairs": options["pairs"],
                 "overhead_workload": str(workload.reproducer), "host": socket.gethostname(), "torch": torch.__version__,
-                "traincheck": tool_version(), "commit": commit, **(gpu_parameters(gpus) if cuda else {}),
+                "traincheck": tool_version(), "commit": commit,
+                **({**gpu_parameters(gpus), "apart": options["apart"]} if cuda else {}),
             }, device=Device.GPU if cuda else Device.CPU, acting_user=None)
         self.write_results(evaluation, options["results"])
         self.stdout.write(f"Evaluation #{evaluation.pk} stored, its overhead next.")
@@ -189,7 +194,7 @@ class Command(BaseCommand):
                        or not plugins[name].standalone)
         if unfit:
             raise CommandError(f"--cuda evaluates the detectors without a fit phase; not these: {', '.join(unfit)}")
-        together = [name for name in names if not bundling_refusal(plugins[name])]
+        together = [] if options["apart"] else [name for name in names if not bundling_refusal(plugins[name])]
         apart = [name for name in names if name not in together or len(together) == 1]
         detectors = [do_record_detector(name) for name in apart]
         if len(together) > 1:  # the members' code is part of the bundle's config: new code, a new Detector row
