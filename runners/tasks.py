@@ -17,8 +17,8 @@ from .environments.routing import (
     devices_for_run,
 )
 from .execution import execute
-from .failures import RunRefused, Unapproved, internal_error, kind_of
-from .models import Run
+from .failures import RunRefused, Unapproved, Unservable, internal_error, kind_of
+from .models import CampaignPurpose, Run
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +30,13 @@ def execute_run(run_id):
         with devices_for_run(run_id) as devices:
             _claim_and_execute(run_id, devices)
     except DevicesBusy as busy:  # back in its queue, for this worker or another one, once the GPUs free up
+        run = Run.objects.select_related("campaign").get(pk=run_id)
+        if run.campaign is not None and run.campaign.purpose == CampaignPurpose.OVERHEAD:
+            # a timed run belongs to the process that times it (evaluation.overhead), never to the broker
+            _claim_and_execute(run_id, (), Unservable(f"{busy}: a timed run waits for GPUs of its own"))
+            return
         logger.warning("run %s: %s; queued again", run_id, busy)
-        execute_run.apply_async(args=[run_id], queue=Run.objects.get(pk=run_id).queue)
+        execute_run.apply_async(args=[run_id], queue=run.queue)
     except NotEnoughDevices as refusal:  # this host lacks the GPUs altogether: the run fails here, saying so
         _claim_and_execute(run_id, (), refusal)
 

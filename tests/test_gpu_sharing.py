@@ -35,6 +35,7 @@ from runners.environments.routing import (
 from runners.models import CampaignPurpose, Run, RunStatus, Worker
 from runners.plans import CampaignPlan
 from runners.progress import wait_for_campaign
+from runners.tasks import execute_run
 from runners.worker.local import log_tail, start_worker, stop_process
 
 from .factories import PROGRAM_PREAMBLE, MaintainerFactory, RunFactory, WorkerFactory
@@ -156,6 +157,11 @@ def test_a_timed_run_has_its_gpu_to_itself_on_a_shared_worker(two_gpus, settings
                 pass
         with devices_for_run(shared.pk) as devices:
             assert len(devices) == 1  # beside it, as SILENTBENCH_RUNS_PER_GPU allows
+        execute_run(timed.pk)  # as evaluate times it, in its own process: it fails there, never goes to the broker
+        timed.refresh_from_db()
+        assert timed.status == RunStatus.FAILED and "a timed run waits for GPUs of its own" in timed.failure_reason
+    timed = do_create_campaign("overhead", CampaignPlan.pairs(version, plain, [plain], 1), CampaignPurpose.OVERHEAD,
+                               enqueue=False, acting_user=None).runs.first()
     with devices_for_run(timed.pk) as devices:
         assert busy(Needs(1), [gpu for gpu in gpu_inventory() if gpu["index"] in devices], two_gpus, runs=2)
 
