@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from bugs.actions import do_set_verification_verdict
 from bugs.models import Bug, BugStatus, Reproducer, ReproducerVersion
 from core import audit
-from core.enums import AuditAction, ReviewState, Variant, VerificationVerdict, worst_verdict
+from core.enums import AuditAction, ReviewState, Variant, worst_verdict
 from runners.actions.campaigns import do_create_campaign
 from runners.bisection import (
     BisectionResult,
@@ -249,21 +249,31 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
 
 
 def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user: User | None) -> None:
-    """Give each bug that was never verified in this database the verdict of the published stability checks of its
-    current reproducer versions (the worst among them, as a verification gives it); a bug verified here keeps its
-    own verdict, and a check of a version the catalog has replaced says nothing of the bug as it is now."""
-    latest: dict[int, StabilityCheck] = {}
-    for check in sorted(checks, key=lambda check: check.checked_at):
-        latest[check.reproducer_version_id] = check
-    by_bug: dict[Bug, str] = {}
-    for check in latest.values():
-        reproducer = check.reproducer_version.reproducer
-        bug = reproducer.bug
-        if bug is None or bug.status != BugStatus.APPROVED or reproducer.latest_version() != check.reproducer_version:
-            continue
-        by_bug[bug] = worst_verdict(by_bug.get(bug, VerificationVerdict.VERIFIED), check.verdict)
-    for bug, verdict in by_bug.items():
-        do_set_verification_verdict(bug, verdict, acting_user=acting_user)
+    """Give each bug of ``checks`` (a snapshot's) the verdict of the published stability checks of its current
+    reproducer versions, those of every snapshot loaded so far (the worst among them, as a verification gives it),
+    when its status is still what the snapshots loaded before gave it (or it was never verified): a bug with a CPU
+    and a CUDA reproducer takes both, whichever snapshot (the CPU evaluation's, the GPU one's) loads first. A bug
+    verified here, or given a verdict by hand, keeps it; a check of a version the catalog has replaced says nothing
+    of the bug as it is now."""
+    this = {check.pk for check in checks}
+    bugs = {bug for bug in (check.reproducer_version.reproducer.bug for check in checks) if bug is not None}
+    for bug in bugs:
+        current = [version for version in (reproducer.latest_version() for reproducer in
+                                           Reproducer.objects.filter(bug=bug)) if version is not None]
+        published = list(StabilityCheck.objects.filter(reproducer_version__in=current, campaign=None)
+                         .order_by("checked_at", "id"))
+        before, now = published_verdict([c for c in published if c.pk not in this]), published_verdict(published)
+        if now is not None and now != bug.status and bug.status in (BugStatus.APPROVED, before):
+            do_set_verification_verdict(bug, now, acting_user=acting_user)
+
+
+def published_verdict(checks: list[StabilityCheck]) -> str | None:
+    """The worst verdict of the latest check of each version among ``checks`` (oldest first); None without any."""
+    latest = {check.reproducer_version_id: check.verdict for check in checks}
+    verdict = None
+    for found in latest.values():
+        verdict = found if verdict is None else worst_verdict(verdict, found)
+    return verdict
 
 
 TIME_FIELDS = ("created_at", "completed_at", "queued_at", "started_at", "finished_at", "checked_at", "published_at")

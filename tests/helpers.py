@@ -11,6 +11,7 @@ from django.utils.html import strip_tags
 from rest_framework.test import APIClient
 
 from accounts.actions import do_create_api_token
+from bugs.models import Bug
 from evaluation.actions import do_store_evaluation
 from runners.actions.detectors import do_record_detector
 
@@ -198,19 +199,22 @@ def processes_naming(word):
     return found
 
 
-def stored_evaluation(bundled=False, environment=None, bugs=("PUB-1", "PUB-2"), device="cpu", **parameters):
+def stored_evaluation(bundled=False, environment=None, bugs=("PUB-1", "PUB-2"), device="cpu", reproducer="cpu",
+                      verdicts=("verified", "verified"), **parameters):
     """A stored evaluation of two bugs under two drop-in detectors and the opt-in ``differential``: nan_inf catches
     both, grad_health one (with a false alarm on every fixed run), differential both; a failed run, a stability
     check per bug. ``bundled``: nan_inf and grad_health watch each run together, in one bundle's run (their alarms
     name them), as ``manage.py evaluate --cuda`` runs them. ``environment``: the runs' (default: a CPU host's);
-    ``bugs``: the two bugs' IDs; ``device``: where the runs ran; ``parameters`` join the evaluation's."""
+    ``bugs``: the two bugs' IDs (existing ones are reused), each with a ``reproducer`` of that name, whose stability
+    checks give ``verdicts``; ``device``: where the runs ran; ``parameters`` join the evaluation's."""
     trigger = 3
     campaign = CampaignFactory(name="evaluation", purpose="evaluation")
     environment = environment or EnvironmentFactory(host="eval-host", torch="2.13.0+cpu")
     bundle = do_record_detector("bundle", {"detectors": ["nan_inf", "grad_health"], "code": {}})
-    for bug_id in bugs:
-        version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=BugFactory(bug_id=bug_id)))
-        StabilityCheckFactory(reproducer_version=version)
+    for bug_id, verdict in zip(bugs, verdicts, strict=True):
+        bug = Bug.objects.filter(bug_id=bug_id).first() or BugFactory(bug_id=bug_id)
+        version = ReproducerVersionFactory(reproducer=ReproducerFactory(bug=bug, name=reproducer))
+        StabilityCheckFactory(reproducer_version=version, verdict=verdict)
         for variant in ("buggy", "fixed"):
             runs = {}
             for detector in ("nan_inf", "grad_health", "differential"):

@@ -273,3 +273,25 @@ def test_a_bug_with_cpu_and_cuda_reproducers_shows_both_evaluations_apart_and_th
     catalog = client.get("/catalog/").content.decode()
     row = next(row for row in table(catalog, "bug-list") if row["ID"].startswith("GPU-1"))
     assert "nan_inf" in row["Caught by"], row
+
+
+@pytest.mark.parametrize("gpu_first", [False, True])
+def test_a_bug_takes_the_worst_verdict_of_the_cpu_and_gpu_snapshots_whichever_loads_first(tmp_path, gpu_first):
+    """PUB-1 is verified on the CPU and unreproducible on the GPU: on a fresh install it is unreproducible, in
+    either order of loading; PUB-2, verified on both, stays verified; a verdict given by hand is kept."""
+    cpu = stored_evaluation()
+    gpu = stored_evaluation(device="gpu", reproducer="cuda", verdicts=("unreproducible", "verified"), **H200)
+    paths = {evaluation.device: do_publish_evaluation(evaluation, tmp_path, acting_user=None)
+             for evaluation in (cpu, gpu)}
+    for evaluation in (cpu, gpu):
+        campaign = evaluation.campaign
+        evaluation.delete()
+        campaign.delete()
+    StabilityCheck.objects.all().delete()
+    Bug.objects.update(status="approved")
+    order = ["gpu", "cpu"] if gpu_first else ["cpu", "gpu"]
+    do_load_published_evaluation(read_snapshot(paths[order[0]]), acting_user=None)
+    Bug.objects.filter(bug_id="PUB-2").update(status="flaky")  # given by hand between two loads: kept
+    do_load_published_evaluation(read_snapshot(paths[order[1]]), acting_user=None)
+    assert dict(Bug.objects.filter(bug_id__startswith="PUB-").values_list("bug_id", "status")) == {
+        "PUB-1": "unreproducible", "PUB-2": "flaky"}
