@@ -7,6 +7,7 @@ from core.cli import comma_list, line_writer, positive_int
 from runners.actions.campaigns import do_retry_failed_runs
 from runners.failures import parse_kinds
 from runners.models import Campaign
+from runners.selectors import watched_by
 from runners.worker.local import wait_with_local_worker
 
 
@@ -32,8 +33,8 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"No campaign #{campaign}.")
         runs = found.runs.all()
-        if detectors:
-            runs = runs.filter(detector__name__in=detectors)
+        if detectors:  # a bundle's run too, when one of them is a member (it runs again whole)
+            runs = runs.filter(watched_by(detectors))
         try:
             run_ids = do_retry_failed_runs(found, runs, kinds=kinds, acting_user=None)  # the operator
         except ValidationError as error:
