@@ -136,7 +136,10 @@ def do_retabulate_sensitivity_evaluation(evaluation: SensitivityEvaluation, *,
 def do_record_overhead(evaluation: Evaluation, overhead_campaign: Campaign, overhead: list[dict[str, Any]],
                        wall_seconds: float, *, acting_user: User | None) -> Evaluation:
     """Add the overhead pairs, measured after the evaluation was stored (so that an interruption while they run
-    loses only them), to its tables."""
+    loses only them), to its tables. A published one is refused, as for retabulating: its ID names its tables."""
+    if evaluation.published_id:
+        raise ValidationError(f"Evaluation #{evaluation.pk} is published as {evaluation.published_id}: its tables "
+                              "stay as published.")
     evaluation.overhead_campaign = overhead_campaign
     evaluation.tables = {**evaluation.tables, "overhead": overhead}
     evaluation.wall_seconds = wall_seconds
@@ -225,15 +228,18 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
         alarms.extend(Alarm(run=run, **dict(zip(ALARM_FIELDS, values, strict=True))) for values in entry["alarms"])
     Run.objects.bulk_update(runs, ["queued_at"], batch_size=500)
     Alarm.objects.bulk_create(alarms, batch_size=2000)
-    checks = []
+    checks, new = [], set()
     for check in snapshot["stability"]:  # one verification may ship in several snapshots: loaded once
         fields = _parsed({name: value for name, value in check.items() if name != "reproducer_version"})
         version = versions[check["reproducer_version"]]
         found = StabilityCheck.objects.filter(reproducer_version=version, checked_at=fields["checked_at"],
                                               verdict=fields["verdict"], seeds=fields["seeds"]).first()
-        checks.append(found or _with_times(StabilityCheck.objects.create(reproducer_version=version, **fields),
-                                           fields, "checked_at"))
-    _verdicts_from(checks, published_id, acting_user)
+        if found is None:
+            found = _with_times(StabilityCheck.objects.create(reproducer_version=version, **fields), fields,
+                                "checked_at")
+            new.add(found.pk)
+        checks.append(found)
+    _verdicts_from(checks, new, acting_user)
     stored = snapshot["evaluation"]
     evaluation = Evaluation.objects.create(
         campaign=campaigns["evaluation"], overhead_campaign=campaigns.get("overhead"),
@@ -248,21 +254,21 @@ def do_load_published_evaluation(snapshot: dict[str, Any], *, acting_user: User 
     return evaluation, True
 
 
-def _verdicts_from(checks: list[StabilityCheck], published_id: str, acting_user: User | None) -> None:
+def _verdicts_from(checks: list[StabilityCheck], new: set[int], acting_user: User | None) -> None:
     """Give each bug of ``checks`` (a snapshot's) the verdict of the published stability checks of its current
     reproducer versions, those of every snapshot loaded so far (the worst among them, as a verification gives it),
     when its status is still what the snapshots loaded before gave it (or it was never verified): a bug with a CPU
-    and a CUDA reproducer takes both, whichever snapshot (the CPU evaluation's, the GPU one's) loads first. A bug
-    verified here, or given a verdict by hand, keeps it; a check of a version the catalog has replaced says nothing
-    of the bug as it is now."""
-    this = {check.pk for check in checks}
+    and a CUDA reproducer takes both, whichever snapshot (the CPU evaluation's, the GPU one's) loads first, and a
+    newer snapshot's newer checks count. A verdict given here that differs from theirs is kept; a check of a version
+    the catalog has replaced says nothing of the bug as it is now. ``new``: the IDs of the checks this snapshot
+    loaded first (the others came with an earlier one)."""
     bugs = {bug for bug in (check.reproducer_version.reproducer.bug for check in checks) if bug is not None}
     for bug in bugs:
         current = [version for version in (reproducer.latest_version() for reproducer in
                                            Reproducer.objects.filter(bug=bug)) if version is not None]
         published = list(StabilityCheck.objects.filter(reproducer_version__in=current, campaign=None)
                          .order_by("checked_at", "id"))
-        before, now = published_verdict([c for c in published if c.pk not in this]), published_verdict(published)
+        before, now = published_verdict([c for c in published if c.pk not in new]), published_verdict(published)
         if now is not None and now != bug.status and bug.status in (BugStatus.APPROVED, before):
             do_set_verification_verdict(bug, now, acting_user=acting_user)
 

@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .filters import OUTCOMES
+from .models import Device
 from .results import TABLES, NotFound, Results, shown_once
 
 
@@ -14,11 +15,12 @@ class ResultsView(APIView):
     """The evaluation tables (same numbers as the results page and the exports, for the same query)."""
 
     @extend_schema(parameters=[
-        OpenApiParameter("evaluation", int, description="Stored tables of this evaluation (default: the latest CPU "
-                                                        "one; a GPU evaluation is asked for by its ID)"),
+        OpenApiParameter("evaluation", int, description="Stored tables of this evaluation, CPU or GPU (default: "
+                                                        "the latest of ?device=)"),
         OpenApiParameter("campaign", int, description="Live tables over the runs of this campaign"),
-        OpenApiParameter("device", str, description="Without an evaluation or campaign: the latest evaluation that "
-                                                    "ran on cpu (the default) or gpu"),
+        OpenApiParameter("device", str, enum=Device.values,
+                         description="Without an evaluation or campaign: the latest evaluation that ran on cpu (the "
+                                     "default) or gpu"),
         OpenApiParameter("detector", str, many=True, description="Only these detectors"),
         OpenApiParameter("bug", str, many=True, description="Only these bugs (IDs)"),
         OpenApiParameter("framework", str, description="Only bugs of this framework"),

@@ -101,7 +101,11 @@ class Criteria:
         """Rows of a table (a DataFrame with a ``detector`` and maybe a ``bug`` column) that match."""
         keep = frame.index == frame.index
         if self.detectors and "detector" in frame:
-            keep &= frame["detector"].isin(self.detectors)
+            chosen = frame["detector"].isin(self.detectors)
+            if "members" in frame:  # a bundle's row (the flakiness table's) when one of its members is chosen
+                chosen |= frame["members"].fillna("").map(lambda names: bool(set(names.split(", ")) & set(
+                    self.detectors)))
+            keep &= chosen
         if self.narrows_bugs and "bug" in frame:
             keep &= frame["bug"].isin(set(self.bug_queryset().values_list("bug_id", flat=True)))
         if outcome and self.outcome and "outcome" in frame:

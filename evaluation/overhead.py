@@ -42,7 +42,7 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
     The runs belong to a campaign of purpose ``overhead``, created through do_create_campaign but not
     enqueued: the reconciler leaves such runs to the process that times them, and whatever this process
     could not run (it was interrupted) is cancelled, and the run it was timing then fails as lost. Past
-    ``deadline`` (time.monotonic()), the detectors not timed yet are not: their records have no pair."""
+    ``deadline`` (time.monotonic()), no pair starts: the records count the pairs measured before it."""
     plan = CampaignPlan.pairs(workload, plain, detectors, pairs, steps)
     campaign = do_create_campaign(f"overhead on {workload.reproducer}", plan, CampaignPurpose.OVERHEAD, enqueue=False,
                                   acting_user=acting_user)
@@ -52,12 +52,7 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
     records, measured = [], False
     try:
         for detector in detectors:
-            if deadline is not None and time.monotonic() > deadline:
-                if write:
-                    write(f"  {detector.name}: not timed, the overhead's time is up")
-                records.append(overhead_record(detector.name, [], pairs))
-                continue
-            records.append(_measure_pairs(detector, pairs_by_detector[detector.name], pairs, write))
+            records.append(_measure_pairs(detector, pairs_by_detector[detector.name], pairs, write, deadline))
         measured = True
     finally:
         try:  # nothing is left running or queued when it finished normally
@@ -70,9 +65,13 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
     return campaign, records
 
 
-def _measure_pairs(detector, detector_pairs, pairs, write):
+def _measure_pairs(detector, detector_pairs, pairs, write, deadline=None):
     samples = []
     for pair, (base, instrumented) in enumerate(detector_pairs):
+        if deadline is not None and time.monotonic() > deadline:  # the pairs measured so far are kept
+            if write:
+                write(f"  {detector.name}: {pairs - pair} pair(s) not timed, the overhead's time is up")
+            break
         for run in ((base, instrumented) if pair % 2 == 0 else (instrumented, base)):
             execute_run(run.pk)
         base.refresh_from_db()

@@ -158,16 +158,18 @@ class Results:
                                "/results/sensitivity/.")
             self.ignored_evaluation = evaluation_id
             runs = Run.objects.filter(campaign_id=campaign_id)
+        elif evaluation_id is not None:  # an evaluation named by its ID: its device whatever ?device= says
+            self.evaluation = self.evaluations.filter(pk=evaluation_id).first()
+            if self.evaluation is None:
+                raise NotFound(f"No evaluation #{evaluation_id}.")
         else:
             device = query.get("device") or Device.CPU
             if device not in Device.values:
                 raise NotFound(f"No such device: an evaluation ran on {' or '.join(Device.values)}.")
-            self.evaluation = (self.evaluations.filter(pk=evaluation_id).first()
-                               if evaluation_id is not None else latest_evaluation(self.viewer, device))
-            if evaluation_id is not None and self.evaluation is None:
-                raise NotFound(f"No evaluation #{evaluation_id}.")
+            self.evaluation = latest_evaluation(self.viewer, device)
             if self.evaluation is None and device != Device.CPU:
                 raise NotFound(f"No {Device(device).label} evaluation is stored yet.")
+        if self.campaign is None:
             runs = self.evaluation.campaign.runs.all() if self.evaluation else counted_runs(self.viewer)
         self.campaign_id = campaign_id
         # the runs of a campaign the viewer may see all count for them (runners.selectors.visible_campaigns): those

@@ -210,7 +210,7 @@ def latency_table(runs=None, judged=None):
 
 FLAKINESS_COLUMNS = [
     "bug", "reproducer", "variant", "detector", "seed", "run", "manifested", "expected", "seeds_manifested",
-    "verdict", "disagrees_with",
+    "verdict", "disagrees_with", "members",  # members: a bundle's (its row's detector is "bundle"), else ""
 ]
 # What a bug's verification verdict says each variant's oracle finds on every seed (bugs.models.BugStatus); a bug
 # with another status (flaky, under review, deprecated) expects nothing, and only its seeds are compared.
@@ -228,12 +228,14 @@ def flakiness_table(runs=None, judged=None):
     whose reproducer, variant and detector gave different verdicts on different seeds ("seeds").
     `seeds_manifested` counts the runs of that group that manifested; `verdict` is the bug's status when the table
     was made."""
-    groups = defaultdict(dict)
+    groups, members = defaultdict(dict), defaultdict(set)
     for row, _, _ in _of_bugs(_judged(runs, judged)):
         if row["manifested"] is not None:  # a bundle's run once, not once per member: its oracle is the run's
             detector = Bundle.name if row.get("in_bundle") else row["detector__name"]
             groups[(row["reproducer_version__reproducer__bug__bug_id"], row["reproducer_version__reproducer__name"],
                     row["variant"], detector)][row["id"]] = row
+            if row.get("in_bundle"):
+                members[row["id"]].add(row["detector__name"])
     records = []
     for (bug, reproducer, variant, detector), by_run in sorted(groups.items()):
         rows = list(by_run.values())
@@ -249,6 +251,7 @@ def flakiness_table(runs=None, judged=None):
                 "run": row["id"], "manifested": row["manifested"], "expected": expected,
                 "seeds_manifested": f"{manifested}/{len(rows)}", "verdict": verdict,
                 "disagrees_with": "seeds" if expected is None else "verdict",
+                "members": ", ".join(sorted(members[row["id"]])),
             })
     return pd.DataFrame.from_records(records, columns=FLAKINESS_COLUMNS)
 

@@ -14,6 +14,7 @@ from django.template.defaultfilters import pluralize, truncatechars
 from bugs.selectors import visible_reproducers
 from core.caching import cached, digest
 from core.enums import Variant
+from runners.detectors.bundle import Bundle
 from runners.models import Alarm, Campaign, Run, RunStatus
 from runners.selectors import visible_campaigns, visible_runs
 
@@ -102,8 +103,9 @@ def table_verdicts(runs, member=""):
     bundle's run (runners.detectors.bundle), only the alarms of that member count, as the tables count them."""
     runs = list(runs)
     alarms = Alarm.objects.filter(run__in=[run.pk for run in runs])
-    if member:
-        alarms = alarms.filter(detector__in=["", member])  # a run's own detector's alarms name none
+    if member:  # a bundle's run: its member's alarms; any other run: its own detector's, which name none
+        bundled = Q(run__detector__name=Bundle.name)
+        alarms = alarms.filter((bundled & Q(detector=member)) | (~bundled & Q(detector="")))
     trigger = Coalesce(F("run__trigger_step"), 0)
     in_time = Q(arrival_step__isnull=True) | (Q(arrival_step__lt=F("run__steps") - 1)
                                               & Q(step__gte=F("arrival_step") - BACKDATING_STEPS))

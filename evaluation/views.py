@@ -12,6 +12,7 @@ from bugs.selectors import visible_bugs
 from core.caching import cached, digest, rendered_blocks
 from core.exports import EXPORT_FORMATS, download, table_download
 from runners.detectors import all_plugins, campaign_plugins
+from runners.detectors.bundle import Bundle
 from runners.models import CampaignPurpose, Detector, DetectorVersion
 from runners.permissions import TRIGGER_PERMISSION
 
@@ -34,7 +35,7 @@ from .exports import EXPORT_TABLES, InvalidFilter, results_export
 from .integrity import alarmed_under_every_detector
 from .leaderboard import build_leaderboard, selection_query
 from .methodology import CITATION, detectors, sections
-from .models import Bisection, SensitivityEvaluation
+from .models import Bisection, Device, SensitivityEvaluation
 from .results import TABLES, NotFound, Results, environment_tabs, latest_evaluation, results_viewer, shown_once
 from .run_lists import InvalidRunList, run_list
 from .tables import by_integration, matrix
@@ -160,7 +161,8 @@ def run_list_page(request):
         page = Paginator(listed.runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
         return rendered_blocks("evaluation/run_list.html", {
             "listed": listed, "page_obj": page, "runs": list(page.object_list), "show_bug": True,
-            "member": listed.narrowed.get("detector", "")}, request)
+            "member": "" if listed.narrowed.get("detector") == Bundle.name else listed.narrowed.get("detector", "")},
+            request)
 
     selection = listed.results.cache_key
     return render(request, "page.html", {"blocks": shown_once(request, f"run-list:{selection}", blocks)
@@ -210,7 +212,9 @@ def leaderboard_context(request):
         board = build_leaderboard(request.GET, request.user)
     except NotFound as error:
         raise Http404(str(error)) from error
-    entries = None if selection_query(request.GET) else open_entries(request.user)
+    selection = selection_query(request.GET)
+    # the open leaderboard comes with the default selection (the latest CPU evaluation) only
+    entries = None if selection and selection != {"device": Device.CPU} else open_entries(request.user)
     return {"board": board, "summary": board.runs_summary(), "evaluations": dropdown(board.results.evaluations),
             "entries": entries, "environments": environment_tabs(board.results.viewer, board.evaluation)}
 

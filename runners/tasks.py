@@ -33,7 +33,8 @@ def execute_run(run_id):
         run = Run.objects.select_related("campaign").get(pk=run_id)
         if run.campaign is not None and run.campaign.purpose == CampaignPurpose.OVERHEAD:
             # a timed run belongs to the process that times it (evaluation.overhead), never to the broker
-            _claim_and_execute(run_id, (), Unservable(f"{busy}: a timed run waits for GPUs of its own"))
+            _claim_and_execute(run_id, (), Unservable(
+                f"{busy}: a timed run needs GPUs of its own, and shared runs held them for longer than the lease wait"))
             return
         logger.warning("run %s: %s; queued again", run_id, busy)
         execute_run.apply_async(args=[run_id], queue=run.queue)

@@ -1,22 +1,36 @@
 """The GPU evaluation (issue 29): its observers watch each run together, in one bundle, and every table, filter and
 list counts a bundle's run as each member's own; a GPU evaluation is set apart from the CPU one on every page."""
 import re
+import time
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.http import QueryDict
 
-from bugs.models import Bug
-from evaluation.actions import do_load_published_evaluation, do_publish_evaluation, run_tables
+from bugs.models import Bug, ReproducerVersion
+from evaluation.actions import (
+    do_load_published_evaluation,
+    do_publish_evaluation,
+    do_store_evaluation,
+    run_tables,
+)
 from evaluation.models import Device, Evaluation
+from evaluation.overhead import do_measure_overhead
 from evaluation.published import read_snapshot
 from evaluation.results import Results, latest_evaluation
 from evaluation.tables import flakiness_table, judged_runs
+from runners.actions.detectors import do_record_detector
 from runners.management.commands import gpu_check as gpu_check_command
 from runners.models import Run, StabilityCheck
 
-from .factories import BugFactory, EnvironmentFactory, ReproducerFactory, ReproducerVersionFactory
+from .factories import (
+    BugFactory,
+    EnvironmentFactory,
+    ReproducerFactory,
+    ReproducerVersionFactory,
+    StabilityCheckFactory,
+)
 from .helpers import said, stored_evaluation, table
 from .test_routing import two_gpus  # noqa: F401 - the fixture: two fake A100s
 
@@ -241,8 +255,12 @@ def test_a_bundles_run_whose_oracle_disagrees_is_one_row_of_the_flakiness_table(
                                        reproducer_version__reproducer__bug__bug_id="PUB-1")
     Run.objects.filter(pk=run.pk).update(manifested=False)  # the bug did not show under the bundle
     rows = flakiness_table(evaluation.campaign.runs.all()).to_dict("records")
-    assert [(row["bug"], row["detector"], row["run"], row["disagrees_with"]) for row in rows] == [
-        ("PUB-1", "bundle", run.pk, "verdict")]
+    assert [(row["bug"], row["detector"], row["members"], row["run"], row["disagrees_with"]) for row in rows] == [
+        ("PUB-1", "bundle", "grad_health, nan_inf", run.pk, "verdict")]
+    # narrowed to one of its members, the row stays; to another detector, it goes
+    narrowed = {name: Results(QueryDict(f"campaign={evaluation.campaign_id}&detector={name}")).table("flakiness")
+                for name in ("grad_health", "differential")}
+    assert list(narrowed["grad_health"]["run"]) == [run.pk] and narrowed["differential"].empty
 
 
 def test_the_latest_gpu_evaluation_is_asked_for_by_device_and_a_bad_device_is_a_clear_404(client):
@@ -272,7 +290,7 @@ def test_a_bug_with_cpu_and_cuda_reproducers_shows_both_evaluations_apart_and_th
     assert {row["Reproducer"] for row in table(page, "bug-detections-gpu")} == {"cuda"}
     catalog = client.get("/catalog/").content.decode()
     row = next(row for row in table(catalog, "bug-list") if row["ID"].startswith("GPU-1"))
-    assert "nan_inf" in row["Caught by"], row
+    assert "nan_inf" in row["Caught by"] and row["Caught by"].endswith("(GPU)"), row
 
 
 @pytest.mark.parametrize("gpu_first", [False, True])
@@ -295,3 +313,45 @@ def test_a_bug_takes_the_worst_verdict_of_the_cpu_and_gpu_snapshots_whichever_lo
     do_load_published_evaluation(read_snapshot(paths[order[1]]), acting_user=None)
     assert dict(Bug.objects.filter(bug_id__startswith="PUB-").values_list("bug_id", "status")) == {
         "PUB-1": "unreproducible", "PUB-2": "flaky"}
+
+
+def test_a_newer_snapshot_of_the_same_reproducers_gives_its_newer_verdict(tmp_path):
+    """A snapshot ships every stability check of its versions: the second one re-ships the first one's check beside
+    its newer one, whose verdict the bug then takes."""
+    first = stored_evaluation()
+    first_path = do_publish_evaluation(first, tmp_path, acting_user=None)
+    for version in ReproducerVersion.objects.filter(reproducer__bug__bug_id="PUB-1"):
+        StabilityCheckFactory(reproducer_version=version, buggy_manifested=2)  # a newer verification: flaky
+    second = do_store_evaluation(first.campaign, None, [{"detector": "nan_inf", "median_step_time_ratio": 1.5}], [],
+                                 {"seeds": 1}, 1.0, acting_user=None)
+    second_path = do_publish_evaluation(second, tmp_path, acting_user=None)
+    for evaluation in (first, second):
+        evaluation.delete()
+    first.campaign.delete()
+    StabilityCheck.objects.all().delete()
+    Bug.objects.update(status="approved")
+    do_load_published_evaluation(read_snapshot(first_path), acting_user=None)
+    assert Bug.objects.get(bug_id="PUB-1").status == "verified"
+    do_load_published_evaluation(read_snapshot(second_path), acting_user=None)
+    assert dict(Bug.objects.values_list("bug_id", "status")) == {"PUB-1": "flaky", "PUB-2": "verified"}
+
+
+def test_past_the_overhead_deadline_no_pair_starts_and_nothing_is_left_queued():
+    workload, plain = ReproducerVersionFactory(), do_record_detector("plain")
+    campaign, records = do_measure_overhead(workload, [do_record_detector("nan_inf")], plain, pairs=2,
+                                            deadline=time.monotonic() - 1)
+    assert [(row["detector"], row["pairs"], row["pairs_planned"]) for row in records] == [("nan_inf", 0, 2)]
+    assert set(campaign.runs.values_list("status", flat=True)) == {"cancelled"}
+
+
+def test_the_cpu_commands_keep_to_the_cpu_evaluation(tmp_path, client):
+    cpu = stored_evaluation()
+    gpu = gpu_evaluation()
+    call_command("publish_evaluation", directory=str(tmp_path), results=str(tmp_path / "written-page"), stdout=StringIO())
+    cpu.refresh_from_db()
+    gpu.refresh_from_db()
+    assert cpu.published_id and not gpu.published_id  # the latest CPU one, not the newer GPU one
+    with pytest.raises(CommandError, match="--apart is for --cuda"):
+        call_command("evaluate", "--apart")
+    export = client.get("/results/detection.csv", {"device": "gpu"}).content.decode()
+    assert "GPU-1" in export and "PUB-1" not in export

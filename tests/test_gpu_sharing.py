@@ -159,7 +159,7 @@ def test_a_timed_run_has_its_gpu_to_itself_on_a_shared_worker(two_gpus, settings
             assert len(devices) == 1  # beside it, as SILENTBENCH_RUNS_PER_GPU allows
         execute_run(timed.pk)  # as evaluate times it, in its own process: it fails there, never goes to the broker
         timed.refresh_from_db()
-        assert timed.status == RunStatus.FAILED and "a timed run waits for GPUs of its own" in timed.failure_reason
+        assert timed.status == RunStatus.FAILED and "a timed run needs GPUs of its own" in timed.failure_reason
     timed = do_create_campaign("overhead", CampaignPlan.pairs(version, plain, [plain], 1), CampaignPurpose.OVERHEAD,
                                enqueue=False, acting_user=None).runs.first()
     with devices_for_run(timed.pk) as devices:

@@ -44,7 +44,7 @@ def test_an_evaluation_names_its_run_and_seed_counts_only_when_it_recorded_them(
     """A synthetic history's evaluation records neither: the pages said "? seed(s)" and " runs, seed(s)"."""
     unrecorded = EvaluationFactory(parameters={"synthetic": True})
     catalog, results = client.get("/catalog/").content.decode(), client.get("/results/").content.decode()
-    assert f"evaluation #{unrecorded.pk} ({day(unrecorded)}); a bug's page" in said(catalog, "caught-by-source")
+    assert f"evaluation #{unrecorded.pk} ({day(unrecorded)}); a bug only GPUs run" in said(catalog, "caught-by-source")
     assert f"evaluation #{unrecorded.pk} ({minute(unrecorded)} UTC; CPU), campaign" in said(results, "selection")
     assert "run count not recorded, seed count not recorded" in said(client.get("/methodology/").content.decode(),
                                                                      "cite")

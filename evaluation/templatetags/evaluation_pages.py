@@ -66,18 +66,19 @@ def detections_of(context, bug):
 @register.simple_tag(takes_context=True)
 def attach_caught_by(context, bugs):
     """Set ``caught_by`` (detectors that detect the bug beyond its fixed twin) on one page of the catalog, from the
-    latest stored CPU evaluation the reader may see, which it returns (None: no evaluation), and for a bug it did
-    not run (one only GPUs run), from the latest GPU evaluation. Only stored ones, as for the leaderboard box:
-    judging every run on each view of the catalog would not scale."""
+    latest stored CPU evaluation the reader may see, which it returns, and for a bug it did not run (one only GPUs
+    run), from the latest GPU evaluation (``caught_on_gpu``), returned when there is no CPU one (None: neither).
+    Only stored ones, as for the leaderboard box: judging every run on each view of the catalog would not scale."""
     viewer = results_viewer(context["request"].user)
-    evaluation = latest_evaluation(viewer)
-    for shown in (evaluation, latest_evaluation(viewer, Device.GPU)):  # a bug the CPU evaluation did not run: GPU's
+    evaluation, gpu = latest_evaluation(viewer), latest_evaluation(viewer, Device.GPU)
+    for shown in (evaluation, gpu):  # a bug the CPU evaluation did not run (one only GPUs run): the GPU one's
         if shown is not None:
             caught = cached_for(shown, "caught-by", lambda shown=shown: caught_by_in(shown, stored_bug_ids(shown)))
             for bug in bugs:
                 if getattr(bug, "caught_by", None) is None:
                     bug.caught_by = caught.get(bug.bug_id)
-    return evaluation
+                    bug.caught_on_gpu = shown is gpu and bug.caught_by is not None
+    return evaluation or gpu
 
 
 @register.inclusion_tag("evaluation/versions_bug.html", takes_context=True)

@@ -119,6 +119,8 @@ class Command(BaseCommand):
         if cuda and not gpus:
             raise CommandError("--cuda evaluates on this node's GPUs, and nvidia-smi lists none (or this worker "
                                "withholds them): run it on a GPU node, after bin/gpu-check.")
+        if options["apart"] and not cuda:
+            raise CommandError("--apart is for --cuda: the CPU evaluation runs every detector apart already.")
         seeds = options["seeds"] or (3 if cuda else 1)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_catalog", verbosity=0)
