@@ -36,13 +36,19 @@ def end_to_end_seconds(run):
 
 
 def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=None, *, deadline=None,
-                        acting_user=None):
+                        baseline_every=0, acting_user=None):
     """Run the overhead pairs in this process, one run at a time; return (campaign, records).
 
     The runs belong to a campaign of purpose ``overhead``, created through do_create_campaign but not
     enqueued: the reconciler leaves such runs to the process that times them, and whatever this process
     could not run (it was interrupted) is cancelled, and the run it was timing then fails as lost. Past
-    ``deadline`` (time.monotonic()), no pair starts: the records count the pairs measured before it."""
+    ``deadline`` (time.monotonic()), no pair starts: the records count the pairs measured before it.
+
+    ``baseline_every`` N > 0: each detector timed once, against a shared baseline run before every N detectors and
+    at the end (``CampaignPlan.bracketed``): N + 1 runs for N detectors instead of 2N, for a workload whose steps
+    are long enough that one run's steady step time is stable (a GPU's); ``pairs`` is then 1."""
+    if baseline_every:
+        return _measure_bracketed(workload, detectors, plain, baseline_every, steps, write, deadline, acting_user)
     plan = CampaignPlan.pairs(workload, plain, detectors, pairs, steps)
     campaign = do_create_campaign(f"overhead on {workload.reproducer}", plan, CampaignPurpose.OVERHEAD, enqueue=False,
                                   acting_user=acting_user)
@@ -63,6 +69,68 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
                 raise
             logger.exception("overhead campaign %s: could not close it after the interruption", campaign.pk)
     return campaign, records
+
+
+def _measure_bracketed(workload, detectors, plain, every, steps, write, deadline, acting_user):
+    """``do_measure_overhead`` with a shared baseline. Past ``deadline`` no run starts: the detectors timed since the
+    last baseline run are compared with it alone."""
+    plan = CampaignPlan.bracketed(workload, plain, detectors, every, steps)
+    campaign = do_create_campaign(f"overhead on {workload.reproducer}", plan, CampaignPurpose.OVERHEAD, enqueue=False,
+                                  acting_user=acting_user)
+    samples, measured = {}, False
+
+    def settle(waiting, bases):
+        for timed in waiting:
+            samples[timed.detector_id] = sample = bracketed_sample(
+                [base for base in bases if base.status == RunStatus.SUCCEEDED], timed)
+            if write:
+                write(f"  {timed.detector.name}: " + ("a run failed, left out" if sample is None else
+                      f"step x{sample['step_ratio'] or 0:.2f}, end to end x{sample['end_to_end_ratio']:.2f}"))
+
+    try:
+        bases, waiting = [], []
+        for run in campaign.runs.order_by("id"):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            execute_run(run.pk)
+            run.refresh_from_db()
+            if run.detector_id != plain.pk:
+                waiting.append(run)
+                continue
+            bases = [*bases[-1:], run]  # the baseline runs on either side of the detectors waiting
+            settle(waiting, bases)
+            waiting = []
+        settle(waiting, bases[-1:])
+        measured = True
+    finally:
+        try:
+            do_give_up_running_runs(campaign, acting_user=acting_user)
+            do_cancel_campaign(campaign, acting_user=acting_user)
+        except Exception:
+            if measured:
+                raise
+            logger.exception("overhead campaign %s: could not close it after the interruption", campaign.pk)
+    return campaign, [overhead_record(detector.name, [samples[detector.pk]] if samples.get(detector.pk) else [], 1)
+                      for detector in detectors]
+
+
+def bracketed_sample(bases, instrumented):
+    """A detector's one sample against the baseline runs around it (their median step time and wall time), or None
+    when it or both of them failed."""
+    if instrumented.status != RunStatus.SUCCEEDED or not bases:
+        return None
+    base_steps = [step for step in (steady_step_seconds(base.step_records) for base in bases) if step]
+    base_step = statistics.median(base_steps) if base_steps else None
+    step = steady_step_seconds(instrumented.step_records)
+    base_wall = statistics.median(base.wall_seconds for base in bases)
+    return {
+        "step_ratio": step / base_step if step and base_step else None,
+        "end_to_end_ratio": end_to_end_seconds(instrumented) / base_wall,
+        "plain_step_seconds": base_step, "step_seconds": step,
+        "plain_wall_seconds": base_wall, "wall_seconds": instrumented.wall_seconds,
+        "check_seconds": instrumented.analysis_seconds,
+        "fit_seconds": instrumented.fit_artifact.fit_seconds if instrumented.fit_artifact_id else None,
+    }
 
 
 def _measure_pairs(detector, detector_pairs, pairs, write, deadline=None):

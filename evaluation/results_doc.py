@@ -131,7 +131,9 @@ def render(evaluation):
               "the detectors that only observe watched each run together, in one bundle (each member's alarms kept "
               "apart; for a bug that is a race, a member that waits for the GPU closes the window for all, and the "
               "flakiness table lists such a run under `bundle`), the others in runs of their own. ")
-           + "The overhead pairs ran one run at a time, each detector alone. The CPU evaluation is "
+           + "The overhead runs ran one at a time, each detector alone, each timed once against the shared plain "
+           f"runs on either side of it (one before every {parameters.get('baseline_every', '?')} detectors and one at "
+           "the end). The CPU evaluation is "
            "[results.md](results.md).\n"] if gpu else []),
         (f"Published evaluation **{evaluation.published_id}** (tables digest `{evaluation.tables_digest}`; its "
          f"snapshot `evaluation/published/{evaluation.published_id}.json.gz` ships with the app and "
@@ -173,7 +175,9 @@ def render(evaluation):
         detection_matrix(tables["detection"]),
         "\n## False positives on clean runs\n", _table(tables["false_positives"], FALSE_POSITIVE_COLUMNS),
         "\n## Detection latency\n", _table(tables["latency"], LATENCY_COLUMNS),
-        f"\n## Overhead ({parameters.get('overhead_workload', '?')}, {parameters.get('pairs', '?')} pairs)\n",
+        f"\n## Overhead ({parameters.get('overhead_workload', '?')}, "
+        + (f"each detector once, a shared plain run every {parameters['baseline_every']})\n"
+           if parameters.get("baseline_every") else f"{parameters.get('pairs', '?')} pairs)\n"),
         _table(tables["overhead"], OVERHEAD_COLUMNS),
         "\n## Fit phase\n", _table(tables.get("fits", []), FIT_COLUMNS),
         *([] if gpu else ["\n## TrainCheck beside its paper\n", traincheck_beside_its_paper()]),

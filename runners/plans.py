@@ -188,6 +188,18 @@ class CampaignPlan:
         plan = cls.build([workload], [baseline, *detectors], [Variant.FIXED], range(len(detectors) * pairs), steps)
         return cls(plan.versions, plan.detectors, plan.variants, plan.seeds, steps, tuple(runs), plan.environments)
 
+    @classmethod
+    def bracketed(cls, workload, baseline, detectors, every, steps=None):
+        """Overhead with a shared baseline: a baseline run, then ``every`` detectors' runs, then a baseline run again,
+        and so on, ending on one, all of the workload's fixed variant with seed 0: each detector is timed once,
+        against the baseline runs on either side of it (evaluation.overhead)."""
+        runs = [PlannedRun(workload, baseline, Variant.FIXED, 0)]
+        for start in range(0, len(detectors), every):
+            runs += [PlannedRun(workload, detector, Variant.FIXED, 0) for detector in detectors[start:start + every]]
+            runs.append(PlannedRun(workload, baseline, Variant.FIXED, 0))
+        plan = cls.build([workload], [baseline, *detectors], [Variant.FIXED], [0], steps)
+        return cls(plan.versions, plan.detectors, plan.variants, plan.seeds, steps, tuple(runs), plan.environments)
+
     def steps_of(self, version):
         return self.steps or version.default_steps
 

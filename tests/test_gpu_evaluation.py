@@ -146,7 +146,7 @@ def test_evaluate_cuda_runs_the_gpu_track_bundled_on_gpu_workers_and_publishes_a
     page, published = tmp_path / "results-gpu.md", tmp_path / "published"
     out = StringIO()
     call_command("evaluate", "--cuda", "--bugs", "GPU-TOY", "--pipelines", "toy-gpu-pipeline", "--seeds", "1",
-                 "--detectors", "nan_inf,grad_health,detect_anomaly", "--pairs", "1",
+                 "--detectors", "nan_inf,grad_health,detect_anomaly", "--baseline-every", "2",
                  "--overhead-workload", "toy-gpu-pipeline", "--results", str(page), "--publish", str(published),
                  stdout=out)
     evaluation = Evaluation.objects.get()
@@ -162,6 +162,9 @@ def test_evaluate_cuda_runs_the_gpu_track_bundled_on_gpu_workers_and_publishes_a
     overhead = {row["detector"]: row for row in evaluation.tables["overhead"]}
     assert sorted(overhead) == ["detect_anomaly", "grad_health", "nan_inf"]  # each member timed alone
     assert all(row["pairs"] == 1 and row["median_step_time_ratio"] > 0 for row in overhead.values())
+    timed = list(evaluation.overhead_campaign.runs.order_by("id").values_list("detector__name", "status"))
+    assert [name for name, _ in timed] == ["plain", "nan_inf", "grad_health", "plain", "detect_anomaly", "plain"]
+    assert {status for _, status in timed} == {"succeeded"}  # 6 runs for 3 detectors, each with its GPU alone
     assert "# SilentBench results on a GPU" in page.read_text() and "NVIDIA A100-SXM4-40GB" in page.read_text()
     [snapshot] = published.glob("*.json.gz")
     assert read_snapshot(snapshot)["evaluation"]["device"] == "gpu"
@@ -347,7 +350,8 @@ def test_past_the_overhead_deadline_no_pair_starts_and_nothing_is_left_queued():
 def test_the_cpu_commands_keep_to_the_cpu_evaluation(tmp_path, client):
     cpu = stored_evaluation()
     gpu = gpu_evaluation()
-    call_command("publish_evaluation", directory=str(tmp_path), results=str(tmp_path / "written-page"), stdout=StringIO())
+    call_command("publish_evaluation", directory=str(tmp_path), results=str(tmp_path / "written-page"),
+                 stdout=StringIO())
     cpu.refresh_from_db()
     gpu.refresh_from_db()
     assert cpu.published_id and not gpu.published_id  # the latest CPU one, not the newer GPU one
@@ -355,3 +359,19 @@ def test_the_cpu_commands_keep_to_the_cpu_evaluation(tmp_path, client):
         call_command("evaluate", "--apart")
     export = client.get("/results/detection.csv", {"device": "gpu"}).content.decode()
     assert "GPU-1" in export and "PUB-1" not in export
+
+
+def test_with_a_shared_baseline_each_detector_is_timed_once_against_the_plain_runs_around_it():
+    """Real runs (on the CPU, in this process, as evaluate times them): B d1 d2 B d3 B for three detectors."""
+    workload = ReproducerVersionFactory(default_steps=9)
+    plain = do_record_detector("plain")
+    detectors = [do_record_detector(name) for name in ("nan_inf", "grad_health", "loss_spike_zscore")]
+    campaign, records = do_measure_overhead(workload, detectors, plain, steps=9, baseline_every=2)
+    order = list(campaign.runs.order_by("id").values_list("detector__name", "status"))
+    assert order == [(name, "succeeded") for name in ("plain", "nan_inf", "grad_health", "plain",
+                                                       "loss_spike_zscore", "plain")]
+    assert [(row["detector"], row["pairs"], row["pairs_planned"]) for row in records] == [
+        ("nan_inf", 1, 1), ("grad_health", 1, 1), ("loss_spike_zscore", 1, 1)]
+    assert all(row["median_step_time_ratio"] > 0 and row["median_plain_step_ms"] > 0 for row in records)
+    with pytest.raises(CommandError, match="--pairs times the CPU evaluation's overhead"):
+        call_command("evaluate", "--cuda", "--pairs", "2")

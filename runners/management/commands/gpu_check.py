@@ -50,15 +50,13 @@ class Command(BaseCommand):
                                                   "database)")
         parser.add_argument("--detectors", type=comma_list,
                             help="--evaluate's detectors (default: every one without a fit phase)")
-        parser.add_argument("--pairs", type=positive_int, default=1,
-                            help="--evaluate's overhead pairs per detector (default 1: every detector in minutes)")
         parser.add_argument("--evaluation-timeout", type=positive_int,
                             help="seconds for --evaluate's runs (default: none)")
         parser.add_argument("--overhead-timeout", type=positive_int,
-                            help="seconds for --evaluate's overhead pairs, after which none starts (default: none)")
+                            help="seconds for --evaluate's overhead runs, after which none starts (default: none)")
 
     def handle(self, *args, bugs=None, no_runs=False, scratch=False, seeds=3, timeout=None, evaluate=False,
-               results_dir=None, detectors=None, pairs=1, evaluation_timeout=None, overhead_timeout=None,
+               results_dir=None, detectors=None, evaluation_timeout=None, overhead_timeout=None,
                **options):
         facts, gpus = host_facts(), gpu_inventory()
         import torch  # the node's own build: what the runs import
@@ -87,18 +85,18 @@ class Command(BaseCommand):
             ok = self.runs(bugs.split(",") if bugs else None, seeds, usable, timeout, scratch) and ok
             if evaluate:  # after the verification, whatever it found: a reproducer that failed is evaluated too
                 folder = Path(results_dir) if results_dir else settings.VAR_DIR.parent / "gpu-evaluation"
-                self.evaluate(bugs, detectors, seeds, pairs, (evaluation_timeout, overhead_timeout), folder)
+                self.evaluate(bugs, detectors, seeds, (evaluation_timeout, overhead_timeout), folder)
         if not ok:
             raise CommandError("this node is not ready for GPU runs: see the FAILED lines above")
         self.line("\nthis node is ready for GPU runs")
 
-    def evaluate(self, bugs, detectors, seeds, pairs, timeouts, folder):
+    def evaluate(self, bugs, detectors, seeds, timeouts, folder):
         """The GPU evaluation in this check's database; its page and snapshot written to ``folder``; ``timeouts``,
         its runs' and its overhead's."""
         folder.mkdir(parents=True, exist_ok=True)
         page = folder / "results-gpu.md"
-        self.line(f"\nevaluation  manage.py evaluate --cuda, {seeds} seed(s), {pairs} overhead pair(s) per detector")
-        call_command("evaluate", cuda=True, seeds=seeds, pairs=pairs, timeout=timeouts[0],
+        self.line(f"\nevaluation  manage.py evaluate --cuda, {seeds} seed(s)")
+        call_command("evaluate", cuda=True, seeds=seeds, timeout=timeouts[0],
                      overhead_timeout=timeouts[1], publish=str(folder),
                      detectors=detectors, bugs=bugs.split(",") if bugs else None, results=str(page),
                      stdout=self.stdout)
