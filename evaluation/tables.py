@@ -100,7 +100,9 @@ def judged_runs(runs):
         alarms[(run_id, member)].append(AlarmPoint(step, time, rule, arrival))
     watched = []
     for row in rows:
-        members = Bundle().members(row["detector__config"] or {}) if row["detector__name"] == Bundle.name else [""]
+        # a bundle without members (none recorded) is judged as its own detector, like any other
+        members = (Bundle().members(row["detector__config"] or {}) if row["detector__name"] == Bundle.name
+                   else []) or [""]
         watched.extend({**row, "detector__name": member or row["detector__name"], "alarms": alarms[(row["id"], member)],
                         "in_bundle": bool(member)} for member in members)
     return [

@@ -78,10 +78,11 @@ def watched_by(names: Iterable[str]) -> Q:
 
 
 def watcher_names() -> list[str]:
-    """The names of every detector recorded, a bundle's members in place of the bundle, sorted."""
+    """The names of every detector recorded, a bundle's members in place of the bundle (one without members stays
+    itself), sorted."""
     names: set[str] = set()
     for name, config in Detector.objects.values_list("name", "config"):
-        names.update(Bundle().members(config or {}) if name == Bundle.name else [name])
+        names.update((Bundle().members(config or {}) if name == Bundle.name else []) or [name])
     return sorted(names)
 
 

@@ -25,10 +25,12 @@ from runners.management.commands import gpu_check as gpu_check_command
 from runners.models import Run, StabilityCheck
 
 from .factories import (
+    AlarmFactory,
     BugFactory,
     EnvironmentFactory,
     ReproducerFactory,
     ReproducerVersionFactory,
+    RunFactory,
     StabilityCheckFactory,
 )
 from .helpers import said, stored_evaluation, table
@@ -375,3 +377,11 @@ def test_with_a_shared_baseline_each_detector_is_timed_once_against_the_plain_ru
     assert all(row["median_step_time_ratio"] > 0 and row["median_plain_step_ms"] > 0 for row in records)
     with pytest.raises(CommandError, match="--pairs times the CPU evaluation's overhead"):
         call_command("evaluate", "--cuda", "--pairs", "2")
+
+
+def test_a_bundle_recorded_without_members_is_judged_as_its_own_detector():
+    run = RunFactory(detector=do_record_detector("bundle"), status="succeeded", steps=10, trigger_step=3,
+                     manifested=True)
+    AlarmFactory(run=run, step=5, rule="noise")
+    [(row, verdict, alarms)] = judged_runs(Run.objects.filter(pk=run.pk))
+    assert (row["detector__name"], verdict.detected, alarms) == ("bundle", True, 1)
