@@ -157,7 +157,7 @@ class Lab:
     def database(self, name="silentbench", attempts=12):
         """A connection through the published port. Tried again for about 80 s: right after ``podman kill`` of
         another container, connections time out while podman tears that container's network down (seen once in CI
-        with 4 tries; on 2026-11-29 three runs in a row on this machine outlasted 4 tries, 28 s, and passed with 12)."""
+        with 4 tries; on 2026-11-29 two runs in a row on this machine outlasted 4 tries, 28 s, and passed with 12)."""
         for attempt in range(attempts):
             try:
                 return psycopg.connect(host=self.address, port=self.db_port, dbname=name, user="silentbench",
