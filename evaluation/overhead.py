@@ -61,14 +61,20 @@ def do_measure_overhead(workload, detectors, plain, pairs=5, steps=None, write=N
             records.append(_measure_pairs(detector, pairs_by_detector[detector.name], pairs, write, deadline))
         measured = True
     finally:
-        try:  # nothing is left running or queued when it finished normally
-            do_give_up_running_runs(campaign, acting_user=acting_user)
-            do_cancel_campaign(campaign, acting_user=acting_user)
-        except Exception:
-            if measured:
-                raise
-            logger.exception("overhead campaign %s: could not close it after the interruption", campaign.pk)
+        _close(campaign, measured, acting_user)
     return campaign, records
+
+
+def _close(campaign, measured, acting_user):
+    """Leave nothing of the overhead campaign running or queued; a failure to do so is raised when the measuring
+    finished normally, and only logged after an interruption (which is raised instead)."""
+    try:
+        do_give_up_running_runs(campaign, acting_user=acting_user)
+        do_cancel_campaign(campaign, acting_user=acting_user)
+    except Exception:
+        if measured:
+            raise
+        logger.exception("overhead campaign %s: could not close it after the interruption", campaign.pk)
 
 
 def _measure_bracketed(workload, detectors, plain, every, steps, write, deadline, acting_user):
@@ -103,34 +109,17 @@ def _measure_bracketed(workload, detectors, plain, every, steps, write, deadline
         settle(waiting, bases[-1:])
         measured = True
     finally:
-        try:
-            do_give_up_running_runs(campaign, acting_user=acting_user)
-            do_cancel_campaign(campaign, acting_user=acting_user)
-        except Exception:
-            if measured:
-                raise
-            logger.exception("overhead campaign %s: could not close it after the interruption", campaign.pk)
+        _close(campaign, measured, acting_user)
     return campaign, [overhead_record(detector.name, [samples[detector.pk]] if samples.get(detector.pk) else [], 1)
                       for detector in detectors]
 
 
 def bracketed_sample(bases, instrumented):
-    """A detector's one sample against the baseline runs around it (their median step time and wall time), or None
-    when it or both of them failed."""
+    """A detector's one sample against the succeeded baseline runs around it, or None when it or all of them
+    failed."""
     if instrumented.status != RunStatus.SUCCEEDED or not bases:
         return None
-    base_steps = [step for step in (steady_step_seconds(base.step_records) for base in bases) if step]
-    base_step = statistics.median(base_steps) if base_steps else None
-    step = steady_step_seconds(instrumented.step_records)
-    base_wall = statistics.median(base.wall_seconds for base in bases)
-    return {
-        "step_ratio": step / base_step if step and base_step else None,
-        "end_to_end_ratio": end_to_end_seconds(instrumented) / base_wall,
-        "plain_step_seconds": base_step, "step_seconds": step,
-        "plain_wall_seconds": base_wall, "wall_seconds": instrumented.wall_seconds,
-        "check_seconds": instrumented.analysis_seconds,
-        "fit_seconds": instrumented.fit_artifact.fit_seconds if instrumented.fit_artifact_id else None,
-    }
+    return sample_against(bases, instrumented)
 
 
 def _measure_pairs(detector, detector_pairs, pairs, write, deadline=None):
@@ -159,12 +148,21 @@ def _measure_pairs(detector, detector_pairs, pairs, write, deadline=None):
 
 
 def pair_sample(base, instrumented):
-    base_step, step = steady_step_seconds(base.step_records), steady_step_seconds(instrumented.step_records)
+    return sample_against([base], instrumented)
+
+
+def sample_against(bases, instrumented):
+    """Ratios of ``instrumented`` (succeeded) to the baseline runs ``bases`` (succeeded; their median step time and
+    wall time)."""
+    base_steps = [step for step in (steady_step_seconds(base.step_records) for base in bases) if step]
+    base_step = statistics.median(base_steps) if base_steps else None
+    step = steady_step_seconds(instrumented.step_records)
+    base_wall = statistics.median(base.wall_seconds for base in bases)
     return {
         "step_ratio": step / base_step if step and base_step else None,
-        "end_to_end_ratio": end_to_end_seconds(instrumented) / base.wall_seconds,
+        "end_to_end_ratio": end_to_end_seconds(instrumented) / base_wall,
         "plain_step_seconds": base_step, "step_seconds": step,
-        "plain_wall_seconds": base.wall_seconds, "wall_seconds": instrumented.wall_seconds,
+        "plain_wall_seconds": base_wall, "wall_seconds": instrumented.wall_seconds,
         "check_seconds": instrumented.analysis_seconds,
         "fit_seconds": instrumented.fit_artifact.fit_seconds if instrumented.fit_artifact_id else None,
     }

@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from core.enums import Variant
-from runners.detectors.bundle import Bundle
+from runners.detectors.bundle import Bundle, members_of
 from runners.models import Alarm, Run, RunStatus
 from sensitivity.oracle import DEFAULT_QUANTILE, Calibration, calibrate, judge, outcomes, tolerances
 
@@ -61,7 +61,7 @@ def watchers(row: dict[str, Any]) -> list[tuple[str, str]]:
     """[(the detector's name in the tables, the name its alarms carry)] of a run's row: a bundle's members, or the
     run's own detector (whose alarms carry none)."""
     if row["detector__name"] == Bundle.name:
-        return [(member, member) for member in Bundle().members(row["detector__config"] or {})]
+        return [(member, member) for member in members_of(row["detector__name"], row["detector__config"])]
     return [(detector_label(row["detector__name"], row["detector__code__builtin"]), "")]
 
 

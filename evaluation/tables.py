@@ -8,7 +8,7 @@ from core.caching import per_request
 from core.enums import ReviewState, Variant
 from runners.detectors import all_plugins
 from runners.detectors.base import INTEGRATIONS
-from runners.detectors.bundle import Bundle
+from runners.detectors.bundle import Bundle, members_of
 from runners.models import Alarm, DetectorVersion, Run, RunStatus
 
 from .integrity import ground_truth
@@ -101,8 +101,7 @@ def judged_runs(runs):
     watched = []
     for row in rows:
         # a bundle without members (none recorded) is judged as its own detector, like any other
-        members = (Bundle().members(row["detector__config"] or {}) if row["detector__name"] == Bundle.name
-                   else []) or [""]
+        members = members_of(row["detector__name"], row["detector__config"]) or [""]
         watched.extend({**row, "detector__name": member or row["detector__name"], "alarms": alarms[(row["id"], member)],
                         "in_bundle": bool(member)} for member in members)
     return [

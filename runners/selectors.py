@@ -14,7 +14,7 @@ from bugs.models import Bug, BugStatus, ReproducerVersion, Track
 from bugs.selectors import held_out_bug_ids, hidden_versions, sees_held_out
 from core.caching import per_request
 
-from .detectors.bundle import Bundle
+from .detectors.bundle import Bundle, members_of
 from .models import Alarm, Campaign, CampaignPurpose, Detector, Run, Worker
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ def watched_by(names: Iterable[str]) -> Q:
     """The runs any of the detectors ``names`` watched: their own, and those of a bundle (runners.detectors.bundle)
     with one of them among its members."""
     names = set(names)
-    bundles = [detector.pk for detector in Detector.objects.filter(name=Bundle.name).only("pk", "config")
-               if names & set(Bundle().members(detector.config or {}))]
+    bundles = [detector.pk for detector in Detector.objects.filter(name=Bundle.name).only("pk", "name", "config")
+               if names & set(members_of(detector.name, detector.config))]
     return Q(detector__name__in=names) | Q(detector__in=bundles)
 
 
@@ -82,7 +82,7 @@ def watcher_names() -> list[str]:
     itself), sorted."""
     names: set[str] = set()
     for name, config in Detector.objects.values_list("name", "config"):
-        names.update((Bundle().members(config or {}) if name == Bundle.name else []) or [name])
+        names.update(members_of(name, config) or [name])
     return sorted(names)
 
 

@@ -29,6 +29,11 @@ def bundling_refusal(plugin):
     return ""
 
 
+def members_of(name, config):
+    """The members a recorded detector (its name and config) watched with: a bundle's, else none."""
+    return Bundle().members(config or {}) if name == Bundle.name else []
+
+
 @register
 class Bundle(DetectorPlugin):
     """Its members, installed side by side in one process; it raises nothing itself."""
